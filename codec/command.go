@@ -1,0 +1,71 @@
+// Package codec is the beanstalk text protocol: command-line parsing with
+// beanstalkd's exact rules, reply encoding and the YAML stats payloads.
+// Everything here is a pure function over byte slices: no I/O, no
+// allocation on the hot path, easy to fuzz.
+package codec
+
+// Op identifies a parsed command. The order of the constants is the order in
+// which upstream's which_cmd tries its prefixes; Parse relies on it.
+type Op uint8
+
+const (
+	OpNone Op = iota
+	OpPut
+	OpPeek
+	OpPeekReady
+	OpPeekDelayed
+	OpPeekBuried
+	OpReserveWithTimeout
+	OpReserveJob
+	OpReserve
+	OpDelete
+	OpRelease
+	OpBury
+	OpKick
+	OpKickJob
+	OpTouch
+	OpStatsJob
+	OpStatsTube
+	OpStats
+	OpUse
+	OpWatch
+	OpIgnore
+	OpListTubesWatched
+	OpListTubeUsed
+	OpListTubes
+	OpQuit
+	OpPauseTube
+	NumOps
+)
+
+// Status is the outcome of parsing one command line.
+type Status uint8
+
+const (
+	// OK: Command holds a well-formed command.
+	OK Status = iota
+	// BadFormat: the command was recognised but its arguments are wrong.
+	// Reply BAD_FORMAT; a put line in this state does not consume a body.
+	BadFormat
+	// Unknown: no command matched. Reply UNKNOWN_COMMAND.
+	Unknown
+	// PutTrailingGarbage: a put whose four numbers parsed but which has
+	// trailing bytes after <bytes>. Upstream counts it in cmd-put and checks
+	// the size limit first (JOB_TOO_BIG after discarding bytes+2), and only
+	// then answers BAD_FORMAT without consuming a body.
+	PutTrailingGarbage
+)
+
+// Command is one parsed command line. Tube aliases the parsed line and is
+// only valid while that line is.
+type Command struct {
+	Op      Op
+	ID      uint64 // peek, reserve-job, delete, release, bury, kick-job, touch, stats-job
+	Pri     uint32 // put, release, bury
+	Delay   uint32 // put, release, pause-tube (seconds)
+	TTR     uint32 // put (seconds, as given: the server raises 0 to 1)
+	Bytes   uint32 // put body length, without the trailing CRLF
+	Timeout uint32 // reserve-with-timeout (seconds, <= INT_MAX)
+	Bound   uint32 // kick (strtoul semantics, truncated to 32 bits)
+	Tube    []byte // use, watch, ignore, stats-tube, pause-tube
+}
