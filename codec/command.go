@@ -54,6 +54,12 @@ const (
 	// the size limit first (JOB_TOO_BIG after discarding bytes+2), and only
 	// then answers BAD_FORMAT without consuming a body.
 	PutTrailingGarbage
+	// PauseTubeBadName: a pause-tube whose name run and delay parsed but
+	// whose name is not a valid tube name (it starts with '-', or is longer
+	// than 200 bytes). Upstream increments cmd-pause-tube before it checks
+	// the name, so the caller counts the command, then answers BAD_FORMAT.
+	// Tube and Delay are filled. Any other malformed pause-tube is BadFormat.
+	PauseTubeBadName
 )
 
 // Command is one parsed command line. Tube aliases the parsed line and is

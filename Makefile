@@ -1,0 +1,39 @@
+# beanpole: a drop-in replacement for beanstalkd.
+GO      ?= go
+BIN     ?= beanpole
+ARGS    ?=
+
+.PHONY: all build run test race fuzz bench vet clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) .
+
+# Builds and starts the server on 0.0.0.0:11300 (pass flags with ARGS="-p 11301 -V").
+run: build
+	./$(BIN) $(ARGS)
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
+
+# Everything CI runs: vet, all tests, the race detector over the concurrent
+# parts, and a short fuzz of the codec.
+test: vet
+	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -race ./engine/... ./loop/... ./codec/...
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=10s ./codec
+
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=5m ./codec
+
+# beanpole against C beanstalkd, side by side (see bench/README.md).
+bench:
+	@command -v beanstalkd >/dev/null || (apt-get update && apt-get install -y beanstalkd)
+	mkdir -p bin bench/results
+	$(GO) build -o bin/beanpole .
+	$(GO) run ./bench -beanpole bin/beanpole -beanstalkd $$(command -v beanstalkd) -out bench/results $(BENCHARGS)
+
+clean:
+	rm -f $(BIN) bin/beanpole

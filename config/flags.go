@@ -1,0 +1,194 @@
+// Package config turns beanstalkd's command line into a Config and sets up
+// what the server needs before it serves: the listen socket (including
+// systemd socket activation), the open-file limit and the -u user switch.
+//
+// beanpole is started by init scripts and client test suites written for
+// beanstalkd, so the flag syntax, messages and exit codes follow
+// beanstalkd 1.12 byte for byte; see Parse.
+package config
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"time"
+)
+
+// Defaults of beanstalkd 1.12 (dat.h, serv.c).
+const (
+	DefaultPort       = "11300"
+	DefaultMaxJobSize = 1<<16 - 1 // JOB_DATA_SIZE_LIMIT_DEFAULT
+	MaxJobSizeLimit   = 1 << 30   // JOB_DATA_SIZE_LIMIT_MAX: -z is clamped to this
+	DefaultSyncEvery  = 50 * time.Millisecond
+	DefaultBinlogSize = 10 << 20
+)
+
+// progName prefixes every diagnostic, as upstream prefixes argv[0]. A fixed
+// name keeps the messages stable whatever path the binary was started by.
+const progName = "beanpole"
+
+// Config is the parsed command line.
+type Config struct {
+	ListenAddr string        // -l ("" = default: 0.0.0.0, IPv4 only like upstream's getaddrinfo(NULL))
+	Port       string        // -p, default "11300" (service names allowed)
+	User       string        // -u
+	MaxJobSize uint32        // -z, default 65535; above 1073741824 clamp with a warning
+	BinlogDir  string        // -b
+	WantSync   bool          // true unless -F was last
+	SyncEvery  time.Duration // -f MS, default 50ms; 0 = fsync before every ack
+	BinlogSize int64         // -s, default 10485760
+	Verbosity  int           // count of -V
+
+	// Whether -l / -p appeared at all. Upstream warns that they are
+	// ignored when systemd hands over a socket, even when the value given
+	// equals the default, so "given" cannot be inferred from the value.
+	addrGiven, portGiven bool
+}
+
+// Defaults returns the configuration of a command line with no flags.
+func Defaults() Config {
+	return Config{
+		Port:       DefaultPort,
+		MaxJobSize: DefaultMaxJobSize,
+		WantSync:   true,
+		SyncEvery:  DefaultSyncEvery,
+		BinlogSize: DefaultBinlogSize,
+	}
+}
+
+// Parse parses argv without the program name exactly like beanstalkd 1.12's
+// optparse. It writes -v/-h/notice/error text to stdout/stderr. done=true
+// means exit now with code.
+//
+// The grammar is upstream's hand-rolled one, not getopt's:
+//   - an argument starting with '-' holds one or more flag letters
+//     (-VVV, -VFVukr);
+//   - a flag that takes a value uses the rest of its argument if any
+//     (-p11300), otherwise the next argument whatever it looks like
+//     (-p 11300, even -p -V);
+//   - parsing stops at the first argument that is not a flag group, and
+//     that argument is an error (a bare "-" included): upstream has no
+//     positional arguments;
+//   - -h and -v act the moment they are seen, so later errors go
+//     unreported, and earlier -c/-n notices have already been printed.
+//
+// Beyond upstream, the whole arguments --help and --version are accepted;
+// upstream rejects them as unknown flags, so no working command line
+// changes meaning.
+func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done bool) {
+	cfg = Defaults()
+	warnx := func(format string, a ...any) {
+		fmt.Fprintf(stderr, "%s: "+format+"\n", append([]any{progName}, a...)...)
+	}
+	fail := func(format string, a ...any) (Config, int, bool) {
+		warnx(format, a...)
+		writeUsage(stderr)
+		return cfg, ExitUsage, true
+	}
+
+	for i := 0; i < len(args); {
+		arg := args[i]
+		i++
+		switch arg {
+		case "--help":
+			writeUsage(stderr)
+			return cfg, 0, true
+		case "--version":
+			fmt.Fprintf(stdout, "%s %s\n", progName, Version)
+			return cfg, 0, true
+		}
+		if len(arg) < 2 || arg[0] != '-' {
+			return fail("unknown argument: %s", arg)
+		}
+
+		for j := 1; j < len(arg); j++ {
+			c := arg[j]
+			switch c {
+			case 'p', 'l', 'u', 'b', 'z', 's', 'f':
+				// Upstream's EARGF: the rest of this argument, else
+				// the whole next one, else an error.
+				var v string
+				switch {
+				case j+1 < len(arg):
+					v, j = arg[j+1:], len(arg)
+				case i < len(args):
+					v = args[i]
+					i++
+				default:
+					return fail("flag requires an argument: -%c", c)
+				}
+				switch c {
+				case 'p':
+					cfg.Port, cfg.portGiven = v, true
+				case 'l':
+					cfg.ListenAddr, cfg.addrGiven = v, true
+				case 'u':
+					cfg.User = v
+				case 'b':
+					cfg.BinlogDir = v
+				case 'z':
+					n, ok := parseSize(v)
+					if !ok {
+						return fail("invalid size: %s", v)
+					}
+					if n > MaxJobSizeLimit {
+						warnx("maximum job size was set to %d", MaxJobSizeLimit)
+						n = MaxJobSizeLimit
+					}
+					cfg.MaxJobSize = uint32(n)
+				case 's':
+					n, ok := parseSize(v)
+					if !ok {
+						return fail("invalid size: %s", v)
+					}
+					// Upstream stores this in a C int, so huge values
+					// wrap into nonsense; saturating is the only
+					// reading with a meaning.
+					cfg.BinlogSize = int64(min(n, math.MaxInt64))
+				case 'f':
+					n, ok := parseSize(v)
+					if !ok {
+						return fail("invalid size: %s", v)
+					}
+					cfg.SyncEvery = syncInterval(n)
+					cfg.WantSync = true
+				}
+			case 'F':
+				cfg.WantSync = false
+			case 'c', 'n':
+				warnx("-%c flag was removed. binlog is always compacted.", c)
+			case 'V':
+				cfg.Verbosity++
+			case 'h':
+				writeUsage(stderr)
+				return cfg, 0, true
+			case 'v':
+				fmt.Fprintf(stdout, "%s %s\n", progName, Version)
+				return cfg, 0, true
+			default:
+				// Upstream prints from the character before the
+				// bad one to the end of the argument: "-x" for -x,
+				// but "Vx" for -Vx. Reproduced as is.
+				return fail("unknown flag: %s", arg[j-1:])
+			}
+		}
+	}
+	return cfg, 0, false
+}
+
+// syncInterval converts -f's millisecond count, already reduced modulo 2^64
+// like C's size_t, into an fsync interval. Upstream casts it to int64 and
+// multiplies by 10^6 without overflow checks: a negative result (from
+// "-f -1") makes every write sync, exactly like -f0, so it becomes 0; a
+// product beyond int64 wraps upstream, and here means "as rarely as
+// possible" instead.
+func syncInterval(ms uint64) time.Duration {
+	s := int64(ms)
+	switch {
+	case s < 0:
+		return 0
+	case s > math.MaxInt64/int64(time.Millisecond):
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(s) * time.Millisecond
+}

@@ -1,0 +1,262 @@
+package config
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// usageText is the exact -h text, spelled out so that any change to it is a
+// deliberate, reviewed one.
+const usageText = `Use: beanpole [OPTIONS]
+
+beanpole is a drop-in replacement for beanstalkd and accepts the same options.
+
+Options:
+ -b DIR   write-ahead log directory
+ -f MS    fsync at most once every MS milliseconds (default is 50ms);
+          use -f0 for "always fsync"
+ -F       never fsync
+ -l ADDR  listen on address (default is 0.0.0.0);
+          use unix:PATH for a UNIX socket (-p is then ignored)
+ -p PORT  listen on port (default is 11300)
+ -u USER  become user and group
+ -z BYTES set the maximum job size in bytes (default is 65535);
+          max allowed is 1073741824 bytes
+ -s BYTES set the size of each write-ahead log file (default is 10485760)
+ -v       show version information
+ -V       increase verbosity
+ -h       show this help
+ -c, -n   removed; accepted and ignored for compatibility
+
+Long options:
+ --help     same as -h
+ --version  same as -v
+`
+
+// with returns the defaults changed by f, for compact table entries.
+func with(f func(*Config)) Config {
+	c := Defaults()
+	f(&c)
+	return c
+}
+
+// exported strips the unexported bookkeeping so tests compare what callers see.
+func exported(c Config) Config {
+	c.addrGiven, c.portGiven = false, false
+	return c
+}
+
+func TestParse(t *testing.T) {
+	const (
+		clampWarn = "beanpole: maximum job size was set to 1073741824\n"
+		cNotice   = "beanpole: -c flag was removed. binlog is always compacted.\n"
+		nNotice   = "beanpole: -n flag was removed. binlog is always compacted.\n"
+	)
+	usageErr := func(msg string) string { return "beanpole: " + msg + "\n" + usageText }
+
+	tests := []struct {
+		name   string
+		args   []string
+		want   Config // checked only when the parse did not stop
+		stdout string
+		stderr string
+		code   int
+		done   bool
+	}{
+		// The cases of upstream's testutil.c, one for one.
+		{name: "opt_none", args: nil, want: Defaults()},
+		{name: "optminus", args: []string{"-"}, stderr: usageErr("unknown argument: -"), code: 5, done: true},
+		{name: "optp", args: []string{"-p1234"}, want: with(func(c *Config) { c.Port = "1234" })},
+		{name: "optl", args: []string{"-llocalhost"}, want: with(func(c *Config) { c.ListenAddr = "localhost" })},
+		{name: "optlseparate", args: []string{"-l", "localhost"}, want: with(func(c *Config) { c.ListenAddr = "localhost" })},
+		{name: "optz", args: []string{"-z1234"}, want: with(func(c *Config) { c.MaxJobSize = 1234 })},
+		{name: "optz_more_than_max", args: []string{"-z1073741825"}, stderr: clampWarn,
+			want: with(func(c *Config) { c.MaxJobSize = 1073741824 })},
+		{name: "opts", args: []string{"-s1234"}, want: with(func(c *Config) { c.BinlogSize = 1234 })},
+		{name: "optf", args: []string{"-f1234"}, want: with(func(c *Config) { c.SyncEvery = 1234 * time.Millisecond })},
+		{name: "optF", args: []string{"-f1234", "-F"},
+			want: with(func(c *Config) { c.SyncEvery = 1234 * time.Millisecond; c.WantSync = false })},
+		{name: "optu", args: []string{"-ukr"}, want: with(func(c *Config) { c.User = "kr" })},
+		{name: "optb", args: []string{"-bfoo"}, want: with(func(c *Config) { c.BinlogDir = "foo" })},
+		{name: "optV", args: []string{"-V"}, want: with(func(c *Config) { c.Verbosity = 1 })},
+		{name: "optV_V", args: []string{"-V", "-V"}, want: with(func(c *Config) { c.Verbosity = 2 })},
+		{name: "optVVV", args: []string{"-VVV"}, want: with(func(c *Config) { c.Verbosity = 3 })},
+		{name: "optVFVu", args: []string{"-VFVukr"},
+			want: with(func(c *Config) { c.Verbosity = 2; c.WantSync = false; c.User = "kr" })},
+
+		// Value syntax.
+		{name: "VFVu separate", args: []string{"-VFVu", "kr"},
+			want: with(func(c *Config) { c.Verbosity = 2; c.WantSync = false; c.User = "kr" })},
+		{name: "p separate", args: []string{"-p", "11301"}, want: with(func(c *Config) { c.Port = "11301" })},
+		{name: "p service name", args: []string{"-p", "http"}, want: with(func(c *Config) { c.Port = "http" })},
+		{name: "value swallows rest of group", args: []string{"-p1234V"}, want: with(func(c *Config) { c.Port = "1234V" })},
+		{name: "separate value may look like a flag", args: []string{"-p", "-V"}, want: with(func(c *Config) { c.Port = "-V" })},
+		{name: "last value wins", args: []string{"-p1", "-p", "2"}, want: with(func(c *Config) { c.Port = "2" })},
+		{name: "l unix", args: []string{"-l", "unix:/tmp/b.sock"}, want: with(func(c *Config) { c.ListenAddr = "unix:/tmp/b.sock" })},
+		{name: "b separate", args: []string{"-b", "/var/lib/beanstalkd"},
+			want: with(func(c *Config) { c.BinlogDir = "/var/lib/beanstalkd" })},
+		{name: "everything", args: []string{"-l", "127.0.0.1", "-p11301", "-z", "100", "-s", "5000", "-f", "7", "-u", "nobody", "-b", "d", "-VV"},
+			want: with(func(c *Config) {
+				c.ListenAddr, c.Port, c.MaxJobSize, c.BinlogSize = "127.0.0.1", "11301", 100, 5000
+				c.SyncEvery, c.User, c.BinlogDir, c.Verbosity = 7*time.Millisecond, "nobody", "d", 2
+			})},
+
+		// -f / -F: the last one wins.
+		{name: "f0 always sync", args: []string{"-f0"}, want: with(func(c *Config) { c.SyncEvery = 0 })},
+		{name: "F then f", args: []string{"-F", "-f5"}, want: with(func(c *Config) { c.SyncEvery = 5 * time.Millisecond })},
+		{name: "f F f", args: []string{"-f0", "-F", "-f", "10"}, want: with(func(c *Config) { c.SyncEvery = 10 * time.Millisecond })},
+		{name: "F alone keeps interval", args: []string{"-F"}, want: with(func(c *Config) { c.WantSync = false })},
+		{name: "FF in a group", args: []string{"-FVF"}, want: with(func(c *Config) { c.WantSync = false; c.Verbosity = 1 })},
+
+		// Sizes as sscanf("%zu%c") reads them.
+		{name: "z leading space", args: []string{"-z", " 12"}, want: with(func(c *Config) { c.MaxJobSize = 12 })},
+		{name: "z plus sign", args: []string{"-z", "+5"}, want: with(func(c *Config) { c.MaxJobSize = 5 })},
+		{name: "z zero", args: []string{"-z0"}, want: with(func(c *Config) { c.MaxJobSize = 0 })},
+		{name: "z exactly max", args: []string{"-z1073741824"}, want: with(func(c *Config) { c.MaxJobSize = 1073741824 })},
+		{name: "z minus one wraps and clamps", args: []string{"-z", "-1"}, stderr: clampWarn,
+			want: with(func(c *Config) { c.MaxJobSize = 1073741824 })},
+		{name: "z overflow clamps", args: []string{"-z", "99999999999999999999999"}, stderr: clampWarn,
+			want: with(func(c *Config) { c.MaxJobSize = 1073741824 })},
+		{name: "z above u32 clamps", args: []string{"-z4294967297"}, stderr: clampWarn,
+			want: with(func(c *Config) { c.MaxJobSize = 1073741824 })},
+		{name: "s large", args: []string{"-s4294967296"}, want: with(func(c *Config) { c.BinlogSize = 4294967296 })},
+		{name: "s minus one saturates", args: []string{"-s-1"}, want: with(func(c *Config) { c.BinlogSize = math.MaxInt64 })},
+		{name: "f minus one is always-sync", args: []string{"-f", "-1"}, want: with(func(c *Config) { c.SyncEvery = 0 })},
+		{name: "f huge saturates", args: []string{"-f9223372036854775807"},
+			want: with(func(c *Config) { c.SyncEvery = time.Duration(math.MaxInt64) })},
+
+		// Removed flags: notice, then carry on.
+		{name: "c", args: []string{"-c"}, stderr: cNotice, want: Defaults()},
+		{name: "n", args: []string{"-n"}, stderr: nNotice, want: Defaults()},
+		{name: "cn then more", args: []string{"-cn", "-p1"}, stderr: cNotice + nNotice,
+			want: with(func(c *Config) { c.Port = "1" })},
+		{name: "c in a group", args: []string{"-VcV"}, stderr: cNotice, want: with(func(c *Config) { c.Verbosity = 2 })},
+
+		// Help and version act at once.
+		{name: "h", args: []string{"-h"}, stderr: usageText, done: true},
+		{name: "h stops before errors", args: []string{"-h", "-x"}, stderr: usageText, done: true},
+		{name: "h in a group", args: []string{"-Vh"}, stderr: usageText, done: true},
+		{name: "v", args: []string{"-v"}, stdout: "beanpole 0.1.0\n", done: true},
+		{name: "v before h", args: []string{"-v", "-h"}, stdout: "beanpole 0.1.0\n", done: true},
+		{name: "notices before v", args: []string{"-c", "-n", "-v"}, stdout: "beanpole 0.1.0\n",
+			stderr: cNotice + nNotice, done: true},
+		{name: "notice before h", args: []string{"-c", "-h"}, stderr: cNotice + usageText, done: true},
+		{name: "long help", args: []string{"--help"}, stderr: usageText, done: true},
+		{name: "long version", args: []string{"--version"}, stdout: "beanpole 0.1.0\n", done: true},
+
+		// Unknown flags: upstream prints from the character before the bad one.
+		{name: "unknown", args: []string{"-x"}, stderr: usageErr("unknown flag: -x"), code: 5, done: true},
+		{name: "unknown after V", args: []string{"-Vx"}, stderr: usageErr("unknown flag: Vx"), code: 5, done: true},
+		{name: "unknown deep", args: []string{"-VVxyz"}, stderr: usageErr("unknown flag: Vxyz"), code: 5, done: true},
+		{name: "unknown before h", args: []string{"-x", "-h"}, stderr: usageErr("unknown flag: -x"), code: 5, done: true},
+		{name: "unknown long", args: []string{"--port=1"}, stderr: usageErr("unknown flag: --port=1"), code: 5, done: true},
+		{name: "double dash", args: []string{"--"}, stderr: usageErr("unknown flag: --"), code: 5, done: true},
+		{name: "notice then unknown", args: []string{"-c", "-q"}, stderr: cNotice + usageErr("unknown flag: -q"), code: 5, done: true},
+
+		// Positional arguments.
+		{name: "positional", args: []string{"foo"}, stderr: usageErr("unknown argument: foo"), code: 5, done: true},
+		{name: "positional after flags", args: []string{"-V", "foo", "-h"}, stderr: usageErr("unknown argument: foo"), code: 5, done: true},
+		{name: "empty argument", args: []string{""}, stderr: usageErr("unknown argument: "), code: 5, done: true},
+		{name: "value then stray", args: []string{"-p", "-l", "127.0.0.1"}, stderr: usageErr("unknown argument: 127.0.0.1"), code: 5, done: true},
+
+		// Missing values.
+		{name: "p missing", args: []string{"-p"}, stderr: usageErr("flag requires an argument: -p"), code: 5, done: true},
+		{name: "l missing in group", args: []string{"-Vl"}, stderr: usageErr("flag requires an argument: -l"), code: 5, done: true},
+		{name: "u missing", args: []string{"-u"}, stderr: usageErr("flag requires an argument: -u"), code: 5, done: true},
+		{name: "b missing", args: []string{"-V", "-b"}, stderr: usageErr("flag requires an argument: -b"), code: 5, done: true},
+		{name: "z missing", args: []string{"-z"}, stderr: usageErr("flag requires an argument: -z"), code: 5, done: true},
+		{name: "s missing", args: []string{"-s"}, stderr: usageErr("flag requires an argument: -s"), code: 5, done: true},
+		{name: "f missing", args: []string{"-f"}, stderr: usageErr("flag requires an argument: -f"), code: 5, done: true},
+
+		// Invalid sizes.
+		{name: "z letters", args: []string{"-zabc"}, stderr: usageErr("invalid size: abc"), code: 5, done: true},
+		{name: "z trailing junk", args: []string{"-z", "12abc"}, stderr: usageErr("invalid size: 12abc"), code: 5, done: true},
+		{name: "z trailing space", args: []string{"-z", "12 "}, stderr: usageErr("invalid size: 12 "), code: 5, done: true},
+		{name: "z empty", args: []string{"-z", ""}, stderr: usageErr("invalid size: "), code: 5, done: true},
+		{name: "z blanks", args: []string{"-z", "   "}, stderr: usageErr("invalid size:    "), code: 5, done: true},
+		{name: "z hex", args: []string{"-z", "0x10"}, stderr: usageErr("invalid size: 0x10"), code: 5, done: true},
+		{name: "z bare sign", args: []string{"-z", "-"}, stderr: usageErr("invalid size: -"), code: 5, done: true},
+		{name: "z takes next flag", args: []string{"-z", "-l"}, stderr: usageErr("invalid size: -l"), code: 5, done: true},
+		{name: "s letters", args: []string{"-s", "abc"}, stderr: usageErr("invalid size: abc"), code: 5, done: true},
+		{name: "f letters", args: []string{"-f", "abc"}, stderr: usageErr("invalid size: abc"), code: 5, done: true},
+		{name: "f signed junk", args: []string{"-f", "-1x"}, stderr: usageErr("invalid size: -1x"), code: 5, done: true},
+		{name: "f decimal", args: []string{"-f", "1.5"}, stderr: usageErr("invalid size: 1.5"), code: 5, done: true},
+	}
+
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			cfg, code, done := Parse(tt.args, &stdout, &stderr)
+			if code != tt.code || done != tt.done {
+				t.Errorf("code, done = %d, %v; want %d, %v", code, done, tt.code, tt.done)
+			}
+			if got := stdout.String(); got != tt.stdout {
+				t.Errorf("stdout = %q; want %q", got, tt.stdout)
+			}
+			if got := stderr.String(); got != tt.stderr {
+				t.Errorf("stderr = %q; want %q", got, tt.stderr)
+			}
+			if !tt.done {
+				if got := exported(cfg); got != tt.want {
+					t.Errorf("config = %+v\nwant     %+v", got, tt.want)
+				}
+			}
+		})
+	}
+}
+
+// Parse must remember whether -l/-p were given, not just their values: a
+// systemd-activated server warns about "-p 11300" too.
+func TestParseRemembersListenOptions(t *testing.T) {
+	var out bytes.Buffer
+	cfg, _, _ := Parse([]string{"-p", DefaultPort}, &out, &out)
+	if !cfg.portGiven || cfg.addrGiven {
+		t.Fatalf("portGiven, addrGiven = %v, %v; want true, false", cfg.portGiven, cfg.addrGiven)
+	}
+	cfg, _, _ = Parse([]string{"-Vl0.0.0.0"}, &out, &out)
+	if cfg.portGiven || !cfg.addrGiven {
+		t.Fatalf("portGiven, addrGiven = %v, %v; want false, true", cfg.portGiven, cfg.addrGiven)
+	}
+}
+
+func TestUsageMentionsEveryUpstreamFlag(t *testing.T) {
+	for _, f := range []string{"-b", "-f", "-F", "-l", "-p", "-u", "-z", "-s", "-v", "-V", "-h", "-c", "-n"} {
+		if !strings.Contains(usageText, " "+f) {
+			t.Errorf("usage lacks %s", f)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want uint64
+		ok   bool
+	}{
+		{"0", 0, true},
+		{"65535", 65535, true},
+		{"\t\n 7", 7, true},
+		{"+0", 0, true},
+		{"-0", 0, true},
+		{"-2", 1<<64 - 2, true},
+		{"18446744073709551615", 1<<64 - 1, true},
+		{"18446744073709551616", 1<<64 - 1, true},
+		{"-18446744073709551616", 1<<64 - 1, true},
+		{"", 0, false},
+		{" ", 0, false},
+		{"+", 0, false},
+		{"+-1", 0, false},
+		{"1 ", 0, false},
+		{"1\n", 0, false},
+		{"1e3", 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := parseSize(tt.in)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("parseSize(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}

@@ -1,0 +1,39 @@
+package config
+
+import (
+	"fmt"
+	"io"
+)
+
+// writeUsage prints the help text. It follows upstream's layout and wording
+// so that anyone who knows beanstalkd's -h finds the same lines, names
+// beanpole, and says so plainly that the options are the same.
+func writeUsage(w io.Writer) {
+	fmt.Fprintf(w, `Use: %s [OPTIONS]
+
+%s is a drop-in replacement for beanstalkd and accepts the same options.
+
+Options:
+ -b DIR   write-ahead log directory
+ -f MS    fsync at most once every MS milliseconds (default is %dms);
+          use -f0 for "always fsync"
+ -F       never fsync
+ -l ADDR  listen on address (default is 0.0.0.0);
+          use unix:PATH for a UNIX socket (-p is then ignored)
+ -p PORT  listen on port (default is %s)
+ -u USER  become user and group
+ -z BYTES set the maximum job size in bytes (default is %d);
+          max allowed is %d bytes
+ -s BYTES set the size of each write-ahead log file (default is %d)
+ -v       show version information
+ -V       increase verbosity
+ -h       show this help
+ -c, -n   removed; accepted and ignored for compatibility
+
+Long options:
+ --help     same as -h
+ --version  same as -v
+`, progName, progName,
+		DefaultSyncEvery.Milliseconds(), DefaultPort,
+		DefaultMaxJobSize, MaxJobSizeLimit, DefaultBinlogSize)
+}

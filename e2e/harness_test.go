@@ -1,0 +1,734 @@
+package e2e
+
+// The harness: building or locating the binary under test, detecting which
+// wire target it is (beanpole/1.13 or C beanstalkd 1.12), starting one server
+// process per test, and the raw-socket helpers every test uses.
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// defaultTimeout bounds every read that expects a reply. Generous on purpose:
+// the suite must stay green on a loaded two-core machine.
+const defaultTimeout = 5 * time.Second
+
+// target describes the binary under test.
+var target struct {
+	bin     string // path of the server binary
+	version string // the unquoted value of "version:" in stats
+	legacy  bool   // C beanstalkd 1.12: unquoted YAML strings, strtol reserve-with-timeout, upstream line quirks
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	// The tests spend most of their time waiting on timers and sockets, not on
+	// CPU: let more of them run at once than GOMAXPROCS unless told otherwise.
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "test.parallel" {
+			parallelSet = true
+		}
+	})
+	if !parallelSet {
+		_ = flag.Set("test.parallel", "8")
+	}
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if bin := os.Getenv("BEANPOLE_TEST_BIN"); bin != "" {
+		abs, err := filepath.Abs(bin)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: BEANPOLE_TEST_BIN:", err)
+			return 1
+		}
+		target.bin = abs
+	} else {
+		dir, err := os.MkdirTemp("", "beanpole-e2e-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		bin, err := buildServer(dir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: building the server:", err)
+			return 1
+		}
+		target.bin = bin
+	}
+	if err := detectTarget(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: probing %s: %v\n", target.bin, err)
+		return 1
+	}
+	mode := "1.13 wire target"
+	if target.legacy {
+		mode = "C beanstalkd 1.12 mode: documented 1.12/1.13 differences and beanpole decisions are adapted or skipped"
+	}
+	fmt.Fprintf(os.Stderr, "e2e: testing %s (version %q, %s)\n", target.bin, target.version, mode)
+	return m.Run()
+}
+
+// buildServer builds the module root (found with `go env GOMOD`, falling back
+// to "..") into dir and returns the binary's path.
+func buildServer(dir string) (string, error) {
+	root := ".."
+	if out, err := exec.Command("go", "env", "GOMOD").Output(); err == nil {
+		if gomod := strings.TrimSpace(string(out)); gomod != "" && gomod != os.DevNull {
+			root = filepath.Dir(gomod)
+		}
+	}
+	bin := filepath.Join(dir, "beanpole")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build -o %s . (in %s): %v\n%s", bin, root, err, out)
+	}
+	return bin, nil
+}
+
+var versionRE = regexp.MustCompile(`\nversion: "?([^"\n]*)"?\n`)
+
+// detectTarget starts the binary once and reads its version from stats.
+func detectTarget() error {
+	s, err := startProc(target.bin, "tcp", "", nil)
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	nc, err := net.DialTimeout(s.network, s.addr, defaultTimeout)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(defaultTimeout))
+	if _, err := io.WriteString(nc, "stats\r\n"); err != nil {
+		return err
+	}
+	r := bufio.NewReader(nc)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	var n int
+	if _, err := fmt.Sscanf(line, "OK %d\r\n", &n); err != nil {
+		return fmt.Errorf("stats reply %q", line)
+	}
+	body := make([]byte, n+2)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return err
+	}
+	m := versionRE.FindSubmatch(body)
+	if m == nil {
+		return fmt.Errorf("no version in stats: %q", body)
+	}
+	target.version = string(m[1])
+	target.legacy = target.version == "1.12" || strings.HasPrefix(target.version, "1.12.")
+	return nil
+}
+
+// q formats a YAML string value the way the target writes it: double-quoted
+// in 1.13 (the beanpole wire target), bare in 1.12 (spec §0).
+func q(s string) string {
+	if target.legacy {
+		return s
+	}
+	return `"` + s + `"`
+}
+
+// skipLegacy skips a test (or subtest) when the binary under test is C
+// beanstalkd 1.12 and the assertion is a documented difference.
+func skipLegacy(t testing.TB, why string) {
+	t.Helper()
+	if target.legacy {
+		t.Skipf("documented difference, not checked against beanstalkd 1.12: %s", why)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Server processes.
+
+type server struct {
+	network string // "tcp" or "unix"
+	addr    string // host:port or socket path
+	port    int
+	cmd     *exec.Cmd
+	out     *syncBuffer
+	exited  chan struct{}
+	waitErr error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+var errExited = errors.New("server exited before it was listening")
+
+// startServer starts the binary under test on 127.0.0.1 with a free port and
+// the extra flags given, waits until it listens and kills it when the test
+// ends.
+func startServer(t testing.TB, extra ...string) *server {
+	t.Helper()
+	return startTestServer(t, "tcp", "", extra)
+}
+
+// startUnixServer is startServer with `-l unix:path`.
+func startUnixServer(t testing.TB, path string, extra ...string) *server {
+	t.Helper()
+	return startTestServer(t, "unix", path, extra)
+}
+
+func startTestServer(t testing.TB, network, path string, extra []string) *server {
+	t.Helper()
+	s, err := startProcRetry(target.bin, network, path, extra)
+	if err != nil {
+		t.Fatalf("starting %s: %v", target.bin, err)
+	}
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			if out := s.out.String(); out != "" {
+				t.Logf("server output (%s):\n%s", strings.Join(s.cmd.Args, " "), out)
+			}
+		}
+	})
+	return s
+}
+
+// startProcRetry is startProc, retried with a new port when a TCP server
+// exits before listening (most likely its port was taken between picking
+// and binding it).
+func startProcRetry(bin, network, path string, extra []string) (*server, error) {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var s *server
+		if s, err = startProc(bin, network, path, extra); err == nil {
+			return s, nil
+		}
+		if network != "tcp" || !errors.Is(err, errExited) {
+			break
+		}
+	}
+	return nil, err
+}
+
+// usedPorts remembers every port handed out, so that two servers of this
+// test process never race for the same one.
+var usedPorts = struct {
+	sync.Mutex
+	m map[int]bool
+}{m: map[int]bool{}}
+
+func freePort() (int, error) {
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		usedPorts.Lock()
+		fresh := !usedPorts.m[port]
+		usedPorts.m[port] = true
+		usedPorts.Unlock()
+		if fresh {
+			return port, nil
+		}
+	}
+}
+
+func startProc(bin, network, path string, extra []string) (*server, error) {
+	s := &server{network: network, out: &syncBuffer{}, exited: make(chan struct{})}
+	var args []string
+	if network == "unix" {
+		s.addr = path
+		args = []string{"-l", "unix:" + path}
+	} else {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s.port = port
+		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		args = []string{"-l", "127.0.0.1", "-p", strconv.Itoa(port)}
+	}
+	args = append(args, extra...)
+	s.cmd = exec.Command(bin, args...)
+	s.cmd.Stdout = s.out
+	s.cmd.Stderr = s.out
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		s.waitErr = s.cmd.Wait()
+		close(s.exited)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case <-s.exited:
+			return nil, fmt.Errorf("%w (%v): %s", errExited, s.waitErr, s.out.String())
+		default:
+		}
+		if ok, known := s.listening(); ok {
+			return s, nil
+		} else if !known {
+			// No /proc to look at: fall back to a connection probe.
+			if nc, err := net.DialTimeout(s.network, s.addr, time.Second); err == nil {
+				nc.Close()
+				return s, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("server did not listen on %s within 10s: %s", s.addr, s.out.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// listening reports whether the server process owns a listening socket on its
+// address. It reads /proc instead of connecting, so that no probe connection
+// ever shows up in the server's connection counters. known is false when
+// /proc cannot answer.
+func (s *server) listening() (ok, known bool) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", s.cmd.Process.Pid))
+	if err != nil {
+		return false, false
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", s.cmd.Process.Pid, fd.Name()))
+		if err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	if s.network == "unix" {
+		data, err := os.ReadFile("/proc/net/unix")
+		if err != nil {
+			return false, false
+		}
+		// Num RefCount Protocol Flags Type St Inode Path
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) >= 8 && f[7] == s.addr && f[3] == "00010000" && inodes[f[6]] {
+				return true, true
+			}
+		}
+		return false, true
+	}
+	portHex := fmt.Sprintf(":%04X", s.port)
+	seen := false
+	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		seen = true
+		// sl local_address rem_address st tx:rx tr:tm retrnsmt uid timeout inode
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) >= 10 && strings.HasSuffix(f[1], portHex) && f[3] == "0A" && inodes[f[9]] {
+				return true, true
+			}
+		}
+	}
+	return false, seen
+}
+
+// stop kills the server (SIGKILL) and waits for it.
+func (s *server) stop() {
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Kill()
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// signal sends sig to the server process.
+func (s *server) signal(t testing.TB, sig os.Signal) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %v: %v", sig, err)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Client connections and exact-byte assertions.
+
+// conn is one raw client connection with its own read buffer.
+type conn struct {
+	nc  net.Conn
+	buf []byte // received, not yet consumed
+	eof error  // sticky read error (EOF or reset)
+}
+
+func (s *server) dial(t testing.TB) *conn {
+	t.Helper()
+	nc, err := net.DialTimeout(s.network, s.addr, defaultTimeout)
+	if err != nil {
+		t.Fatalf("dial %s %s: %v", s.network, s.addr, err)
+	}
+	c := &conn{nc: nc}
+	t.Cleanup(func() { nc.Close() })
+	return c
+}
+
+// fill reads once more from the socket, waiting at most until deadline. It
+// returns a net.Error timeout, io.EOF / a reset, or nil.
+func (c *conn) fill(deadline time.Time) error {
+	if c.eof != nil {
+		return c.eof
+	}
+	_ = c.nc.SetReadDeadline(deadline)
+	var tmp [64 << 10]byte
+	n, err := c.nc.Read(tmp[:])
+	c.buf = append(c.buf, tmp[:n]...)
+	if err != nil && !isTimeout(err) {
+		c.eof = err
+	}
+	return err
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func mustSend(t testing.TB, c *conn, s string) {
+	t.Helper()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(defaultTimeout))
+	if _, err := io.WriteString(c.nc, s); err != nil {
+		t.Fatalf("send %s: %v", show(s), err)
+	}
+}
+
+// show quotes a byte string for messages, eliding the middle of long ones.
+func show(s string) string {
+	if len(s) > 400 {
+		return strconv.Quote(s[:200]) + fmt.Sprintf(" ...(%d bytes)... ", len(s)-400) + strconv.Quote(s[len(s)-200:])
+	}
+	return strconv.Quote(s)
+}
+
+func diffMsg(want, got string) string {
+	i := 0
+	for i < len(want) && i < len(got) && want[i] == got[i] {
+		i++
+	}
+	if len(want) <= 400 && len(got) <= 400 {
+		return fmt.Sprintf("\n want: %s\n  got: %s\n first difference at byte %d", show(want), show(got), i)
+	}
+	// Long: show the neighbourhood of the first difference.
+	from := max(0, i-160)
+	window := func(s string) string {
+		to := min(len(s), i+160)
+		if from >= len(s) {
+			return fmt.Sprintf("(%d bytes, ends before the difference)", len(s))
+		}
+		return fmt.Sprintf("[%d bytes] ...%s...", len(s), strconv.Quote(s[from:to]))
+	}
+	return fmt.Sprintf("\n want: %s\n  got: %s\n first difference at byte %d (shown from byte %d)", window(want), window(got), i, from)
+}
+
+// expect reads exactly len(want) bytes (within the default timeout) and
+// fails unless they are want.
+func expect(t testing.TB, c *conn, want string) {
+	t.Helper()
+	expectWithin(t, c, want, defaultTimeout)
+}
+
+func expectWithin(t testing.TB, c *conn, want string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for len(c.buf) < len(want) {
+		if !strings.HasPrefix(want, string(c.buf)) {
+			// Already wrong: collect a little more for the message, then fail.
+			_ = c.fill(time.Now().Add(100 * time.Millisecond))
+			break
+		}
+		if err := c.fill(deadline); err != nil {
+			if isTimeout(err) {
+				t.Fatalf("timed out after %v waiting for reply%s", d, diffMsg(want, string(c.buf)))
+			}
+			t.Fatalf("read: %v%s", err, diffMsg(want, string(c.buf)))
+		}
+	}
+	if len(c.buf) < len(want) || string(c.buf[:len(want)]) != want {
+		t.Fatalf("wrong reply%s", diffMsg(want, string(c.buf)))
+	}
+	c.buf = c.buf[len(want):]
+}
+
+// readLine reads one reply line up to and including the first CRLF and
+// returns it without the CRLF.
+func readLine(t testing.TB, c *conn) string {
+	t.Helper()
+	return readLineWithin(t, c, defaultTimeout)
+}
+
+func readLineWithin(t testing.TB, c *conn, d time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if i := bytes.Index(c.buf, []byte("\r\n")); i >= 0 {
+			line := string(c.buf[:i])
+			c.buf = c.buf[i+2:]
+			return line
+		}
+		if err := c.fill(deadline); err != nil {
+			t.Fatalf("reading a reply line: %v (have %s)", err, show(string(c.buf)))
+		}
+	}
+}
+
+// expectLine reads one line (up to CRLF) and compares it with want, which is
+// given without the CRLF. Unlike expect it tolerates an unknown length.
+func expectLine(t testing.TB, c *conn, want string) {
+	t.Helper()
+	if got := readLine(t, c); got != want {
+		t.Fatalf("wrong reply line%s", diffMsg(want, got))
+	}
+}
+
+// readN reads exactly n bytes.
+func readN(t testing.TB, c *conn, n int, d time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for len(c.buf) < n {
+		if err := c.fill(deadline); err != nil {
+			t.Fatalf("reading %d bytes: %v (have %d: %s)", n, err, len(c.buf), show(string(c.buf)))
+		}
+	}
+	s := string(c.buf[:n])
+	c.buf = c.buf[n:]
+	return s
+}
+
+// readYAML reads an `OK <n>\r\n<body>\r\n` reply, checks its framing and
+// returns the body.
+func readYAML(t testing.TB, c *conn) string {
+	t.Helper()
+	line := readLine(t, c)
+	var n int
+	if _, err := fmt.Sscanf(line, "OK %d", &n); err != nil || line != "OK "+strconv.Itoa(n) {
+		t.Fatalf("want an OK <bytes> reply, got %s", show(line))
+	}
+	body := readN(t, c, n+2, defaultTimeout)
+	if !strings.HasSuffix(body, "\r\n") {
+		t.Fatalf("YAML body of %d bytes is not followed by CRLF: %s", n, show(body))
+	}
+	body = body[:n]
+	if !strings.HasPrefix(body, "---\n") {
+		t.Fatalf("YAML body does not start with ---: %s", show(body))
+	}
+	return body
+}
+
+// expectYAMLContains reads an OK reply and checks that its body contains
+// every one of subs.
+func expectYAMLContains(t testing.TB, c *conn, subs ...string) string {
+	t.Helper()
+	body := readYAML(t, c)
+	for _, s := range subs {
+		if !strings.Contains(body, s) {
+			t.Fatalf("YAML body lacks %s:\n%s", show(s), body)
+		}
+	}
+	return body
+}
+
+// expectNothing asserts that no byte arrives (and the connection stays open)
+// for d.
+func expectNothing(t testing.TB, c *conn, d time.Duration) {
+	t.Helper()
+	if len(c.buf) > 0 {
+		t.Fatalf("unexpected reply bytes: %s", show(string(c.buf)))
+	}
+	err := c.fill(time.Now().Add(d))
+	if len(c.buf) > 0 {
+		t.Fatalf("expected no reply for %v, got %s", d, show(string(c.buf)))
+	}
+	if err != nil && !isTimeout(err) {
+		t.Fatalf("expected the connection to stay open, got %v", err)
+	}
+}
+
+// expectClosed asserts that the server closes the connection without sending
+// anything more.
+func expectClosed(t testing.TB, c *conn) {
+	t.Helper()
+	deadline := time.Now().Add(defaultTimeout)
+	for {
+		if len(c.buf) > 0 {
+			t.Fatalf("expected the connection to be closed, got %s", show(string(c.buf)))
+		}
+		err := c.fill(deadline)
+		if err == nil {
+			continue
+		}
+		if isTimeout(err) {
+			t.Fatalf("connection still open after %v", defaultTimeout)
+		}
+		if len(c.buf) > 0 {
+			t.Fatalf("expected the connection to be closed, got %s", show(string(c.buf)))
+		}
+		return // EOF or reset
+	}
+}
+
+// ---------------------------------------------------------------------------
+// YAML helpers.
+
+// yamlPairs parses a `---\nkey: value\n...` body into ordered pairs.
+func yamlPairs(t testing.TB, body string) [][2]string {
+	t.Helper()
+	var out [][2]string
+	for _, line := range strings.Split(strings.TrimPrefix(body, "---\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(line, ": ")
+		if !ok {
+			t.Fatalf("bad YAML line %s in %s", show(line), show(body))
+		}
+		out = append(out, [2]string{k, v})
+	}
+	return out
+}
+
+func yamlMap(t testing.TB, body string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, p := range yamlPairs(t, body) {
+		m[p[0]] = p[1]
+	}
+	return m
+}
+
+// maskYAML replaces the values of the named keys by "*".
+func maskYAML(body string, keys ...string) string {
+	lines := strings.Split(body, "\n")
+	for i, line := range lines {
+		for _, k := range keys {
+			if strings.HasPrefix(line, k+": ") {
+				lines[i] = k + ": *"
+			}
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+func stats(t testing.TB, c *conn) map[string]string {
+	t.Helper()
+	mustSend(t, c, "stats\r\n")
+	return yamlMap(t, readYAML(t, c))
+}
+
+func statsJob(t testing.TB, c *conn, id uint64) map[string]string {
+	t.Helper()
+	mustSend(t, c, fmt.Sprintf("stats-job %d\r\n", id))
+	return yamlMap(t, readYAML(t, c))
+}
+
+func statsTube(t testing.TB, c *conn, name string) map[string]string {
+	t.Helper()
+	mustSend(t, c, "stats-tube "+name+"\r\n")
+	return yamlMap(t, readYAML(t, c))
+}
+
+// waitFor polls cond every 10ms until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitWaiting waits until the server reports n connections blocked in a
+// reserve (global current-waiting), so that a test can order waiters.
+func waitWaiting(t testing.TB, ctl *conn, n int) {
+	t.Helper()
+	want := strconv.Itoa(n)
+	waitFor(t, defaultTimeout, "current-waiting: "+want, func() bool {
+		return stats(t, ctl)["current-waiting"] == want
+	})
+}
+
+// put sends a put and expects INSERTED with the given id.
+func put(t testing.TB, c *conn, pri, delay, ttr int, body string, id uint64) {
+	t.Helper()
+	mustSend(t, c, fmt.Sprintf("put %d %d %d %d\r\n%s\r\n", pri, delay, ttr, len(body), body))
+	expect(t, c, fmt.Sprintf("INSERTED %d\r\n", id))
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// unquote strips the double quotes of a 1.13 YAML string value.
+func unquote(v string) string {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		return v[1 : len(v)-1]
+	}
+	return v
+}
+
+// uname returns the kernel's nodename, version and machine fields.
+func uname(t testing.TB) (nodename, version, machine string) {
+	t.Helper()
+	var u syscall.Utsname
+	if err := syscall.Uname(&u); err != nil {
+		t.Skipf("uname: %v", err)
+	}
+	return cstr(u.Nodename[:]), cstr(u.Version[:]), cstr(u.Machine[:])
+}
+
+// cstr converts a NUL-terminated utsname field (int8 or uint8 depending on
+// the architecture) to a string.
+func cstr[T int8 | uint8](a []T) string {
+	b := make([]byte, 0, len(a))
+	for _, c := range a {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	return string(b)
+}

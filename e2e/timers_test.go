@@ -1,0 +1,355 @@
+package e2e
+
+// Timers: delays, TTR, touch, DEADLINE_SOON, pause-tube and
+// reserve-with-timeout (spec §2, §2.1; §6 rows 17, 33, 34, 39, 41, 42, 51 and
+// the paused-tube and #646 extra cases). Durations are the shortest the
+// protocol allows (1-2 s); lower bounds are checked closely, upper bounds
+// generously, so that a loaded machine does not make them flaky.
+
+import (
+	"testing"
+	"time"
+)
+
+// early is how much sooner than nominal a timer may fire: upstream's epoll
+// timeout has millisecond granularity (spec §7 "Time").
+const early = 10 * time.Millisecond
+
+// slack is how much later than nominal a timer may fire on a loaded machine.
+const slack = 3 * time.Second
+
+func checkElapsed(t *testing.T, what string, start time.Time, nominal time.Duration) {
+	t.Helper()
+	el := time.Since(start)
+	if el < nominal-early {
+		t.Fatalf("%s after %v, expected no sooner than %v", what, el, nominal)
+	}
+	if el > nominal+slack {
+		t.Fatalf("%s after %v, expected about %v", what, el, nominal)
+	}
+}
+
+// Row 17.
+func TestPause(t *testing.T) {
+	t.Parallel()
+	c := startServer(t).dial(t)
+	mustSend(t, c, "put 0 0 0 1\r\nx\r\n")
+	expect(t, c, "INSERTED 1\r\n")
+	start := time.Now()
+	mustSend(t, c, "pause-tube default 1\r\n")
+	expect(t, c, "PAUSED\r\n")
+	mustSend(t, c, "reserve\r\n")
+	expectWithin(t, c, "RESERVED 1 1\r\nx\r\n", defaultTimeout)
+	checkElapsed(t, "RESERVED", start, time.Second)
+}
+
+// Row 33.
+func TestSmallDelay(t *testing.T) {
+	t.Parallel()
+	c := startServer(t).dial(t)
+	mustSend(t, c, "put 0 1 1 0\r\n\r\n")
+	expect(t, c, "INSERTED 1\r\n")
+}
+
+// Row 39.
+func TestZeroDelay(t *testing.T) {
+	t.Parallel()
+	c := startServer(t).dial(t)
+	mustSend(t, c, "put 0 0 1 0\r\n\r\n")
+	expect(t, c, "INSERTED 1\r\n")
+}
+
+// Row 34.
+func TestDelayedToReady(t *testing.T) {
+	t.Parallel()
+	c := startServer(t).dial(t)
+	start := time.Now()
+	mustSend(t, c, "put 0 1 1 0\r\n\r\n")
+	expect(t, c, "INSERTED 1\r\n")
+	mustSend(t, c, "stats-tube default\r\n")
+	expectYAMLContains(t, c, "\ncurrent-jobs-ready: 0\n", "\ncurrent-jobs-delayed: 1\n", "\ntotal-jobs: 1\n")
+	mustSend(t, c, "stats-job 1\r\n")
+	expectYAMLContains(t, c, "\nstate: delayed\n", "\ntime-left: 0\n")
+	waitFor(t, defaultTimeout, "the delayed job to become ready", func() bool {
+		return statsTube(t, c, "default")["current-jobs-ready"] == "1"
+	})
+	checkElapsed(t, "ready", start, time.Second)
+	mustSend(t, c, "stats-tube default\r\n")
+	expectYAMLContains(t, c, "\ncurrent-jobs-ready: 1\n", "\ncurrent-jobs-delayed: 0\n", "\ntotal-jobs: 1\n")
+}
+
+// Extra: a delayed put is served once its delay has passed.
+func TestDelayedPutIsReserved(t *testing.T) {
+	t.Parallel()
+	c := startServer(t).dial(t)
+	start := time.Now()
+	runSteps(t, c, []step{
+		{"put 0 1 10 1\r\nd\r\n", "INSERTED 1\r\n"},
+		{"reserve-with-timeout 0\r\n", "TIMED_OUT\r\n"},
+	})
+	mustSend(t, c, "reserve-with-timeout 10\r\n")
+	expectWithin(t, c, "RESERVED 1 1\r\nd\r\n", defaultTimeout)
+	checkElapsed(t, "RESERVED", start, time.Second)
+}
+
+// Extra: release with a delay: the job is delayed, then ready again.
+func TestReleaseWithDelay(t *testing.T) {
+	t.Parallel()
+	c := startServer(t).dial(t)
+	runSteps(t, c, []step{
+		{"put 0 0 10 1\r\nd\r\n", "INSERTED 1\r\n"},
+		{"reserve\r\n", "RESERVED 1 1\r\nd\r\n"},
+	})
+	start := time.Now()
+	runSteps(t, c, []step{
+		{"release 1 3 1\r\n", "RELEASED\r\n"},
+		{"peek-delayed\r\n", "FOUND 1 1\r\nd\r\n"},
+		{"reserve-with-timeout 0\r\n", "TIMED_OUT\r\n"},
+	})
+	mustSend(t, c, "reserve-with-timeout 10\r\n")
+	expectWithin(t, c, "RESERVED 1 1\r\nd\r\n", defaultTimeout)
+	checkElapsed(t, "RESERVED", start, time.Second)
+}
+
+// Extra: reserve-with-timeout 1 with nothing to reserve times out after 1s.
+func TestReserveWithTimeoutTimesOut(t *testing.T) {
+	t.Parallel()
+	c := startServer(t).dial(t)
+	start := time.Now()
+	mustSend(t, c, "reserve-with-timeout 1\r\n")
+	expectWithin(t, c, "TIMED_OUT\r\n", defaultTimeout)
+	checkElapsed(t, "TIMED_OUT", start, time.Second)
+	mustSend(t, c, "list-tube-used\r\n")
+	expect(t, c, "USING default\r\n")
+}
+
+// Extra: a job whose TTR expires goes back to ready (never delayed or
+// buried) and is given to the next reserver; timeouts are counted.
+func TestTTRExpiry(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	a, b := s.dial(t), s.dial(t)
+	runSteps(t, a, []step{
+		{"put 0 0 1 1\r\nj\r\n", "INSERTED 1\r\n"},
+		{"reserve\r\n", "RESERVED 1 1\r\nj\r\n"},
+	})
+	start := time.Now()
+	mustSend(t, b, "reserve-with-timeout 10\r\n")
+	expectWithin(t, b, "RESERVED 1 1\r\nj\r\n", defaultTimeout)
+	checkElapsed(t, "RESERVED by the second worker", start, time.Second-early)
+	runSteps(t, a, []step{
+		{"delete 1\r\n", "NOT_FOUND\r\n"}, // reserved by b now
+		{"touch 1\r\n", "NOT_FOUND\r\n"},
+	})
+	j := statsJob(t, a, 1)
+	if j["state"] != "reserved" || j["reserves"] != "2" || j["timeouts"] != "1" || j["releases"] != "0" {
+		t.Fatalf("stats-job 1: %v", j)
+	}
+	if st := stats(t, a); st["job-timeouts"] != "1" {
+		t.Fatalf("job-timeouts %s", st["job-timeouts"])
+	}
+	mustSend(t, b, "delete 1\r\n")
+	expect(t, b, "DELETED\r\n")
+}
+
+// Extra: touch restarts the TTR.
+func TestTouchExtendsTTR(t *testing.T) {
+	t.Parallel()
+	c := startServer(t).dial(t)
+	put(t, c, 0, 0, 2, "t", 1)
+	mustSend(t, c, "reserve\r\n")
+	expect(t, c, "RESERVED 1 1\r\nt\r\n")
+	reserved := time.Now() // the original deadline is at most reserved+2s
+	time.Sleep(1200 * time.Millisecond)
+	touched := time.Now() // the new deadline is at least touched+2s
+	mustSend(t, c, "touch 1\r\n")
+	expect(t, c, "TOUCHED\r\n")
+	if j := statsJob(t, c, 1); j["time-left"] != "1" && j["time-left"] != "0" {
+		t.Fatalf("time-left right after touch: %s", j["time-left"])
+	}
+	time.Sleep(time.Until(reserved.Add(2300 * time.Millisecond)))
+	j := statsJob(t, c, 1)
+	if time.Since(touched) >= 2*time.Second {
+		t.Skip("machine too slow to check the touched deadline")
+	}
+	if j["state"] != "reserved" || j["timeouts"] != "0" {
+		t.Fatalf("after the original TTR: state %s timeouts %s", j["state"], j["timeouts"])
+	}
+	mustSend(t, c, "delete 1\r\n")
+	expect(t, c, "DELETED\r\n")
+}
+
+// Row 41: inside the 1 s safety margin with nothing else ready, reserve
+// answers DEADLINE_SOON at once.
+func TestReserveTTRDeadlineSoon(t *testing.T) {
+	t.Parallel()
+	c := startServer(t).dial(t)
+	runSteps(t, c, []step{
+		{"put 0 0 1 1\r\na\r\n", "INSERTED 1\r\n"},
+		{"reserve-with-timeout 1\r\n", "RESERVED 1 1\r\na\r\n"},
+	})
+	time.Sleep(200 * time.Millisecond)
+	mustSend(t, c, "stats-job 1\r\n")
+	expectYAMLContains(t, c, "\nstate: reserved\n")
+	start := time.Now()
+	mustSend(t, c, "reserve-with-timeout 1\r\n")
+	expect(t, c, "DEADLINE_SOON\r\n")
+	if el := time.Since(start); el > 500*time.Millisecond {
+		t.Fatalf("DEADLINE_SOON took %v, want immediate", el)
+	}
+	mustSend(t, c, "stats-job 1\r\n")
+	expectYAMLContains(t, c, "\nstate: reserved\n")
+	runSteps(t, c, []step{{"release 1 0 0\r\n", "RELEASED\r\n"}})
+	mustSend(t, c, "stats-job 1\r\n")
+	expectYAMLContains(t, c, "\nstate: ready\n")
+}
+
+// Row 42: a job reserved from the delayed state goes back to ready, not
+// delayed, when its TTR expires.
+func TestReserveJobTTRDeadlineSoon(t *testing.T) {
+	t.Parallel()
+	c := startServer(t).dial(t)
+	runSteps(t, c, []step{
+		{"put 0 5 1 1\r\nA\r\n", "INSERTED 1\r\n"},
+		{"reserve-job 1\r\n", "RESERVED 1 1\r\nA\r\n"},
+	})
+	start := time.Now()
+	mustSend(t, c, "reserve-with-timeout 1\r\n")
+	expect(t, c, "DEADLINE_SOON\r\n")
+	mustSend(t, c, "put 0 0 1 1\r\nB\r\n")
+	expect(t, c, "INSERTED 2\r\n")
+	var state string
+	waitFor(t, defaultTimeout, "job 1 to leave the reserved state", func() bool {
+		state = statsJob(t, c, 1)["state"]
+		return state != "reserved"
+	})
+	checkElapsed(t, "TTR expiry", start, time.Second-early)
+	if state != "ready" {
+		t.Fatalf("state after TTR: %s, want ready", state)
+	}
+}
+
+// Extra (issue #646): inside the safety margin, reserve still returns a
+// ready job when one exists; DEADLINE_SOON only when none does.
+func TestDeadlineSoonVersusReadyJobs(t *testing.T) {
+	t.Parallel()
+	c := startServer(t).dial(t)
+	runSteps(t, c, []step{
+		{"put 0 0 1 1\r\nA\r\n", "INSERTED 1\r\n"},
+		{"put 0 0 100 1\r\nB\r\n", "INSERTED 2\r\n"},
+		{"reserve\r\n", "RESERVED 1 1\r\nA\r\n"},
+		{"reserve\r\n", "RESERVED 2 1\r\nB\r\n"}, // job 1 is in its margin, but 2 is ready
+		{"reserve-with-timeout 5\r\n", "DEADLINE_SOON\r\n"},
+		{"reserve-job 1\r\n", "NOT_FOUND\r\n"}, // reserve-job never says DEADLINE_SOON
+	})
+}
+
+// Extra: a waiting reserve is ended by DEADLINE_SOON when a job the
+// connection holds enters its safety margin.
+func TestDeadlineSoonWhileWaiting(t *testing.T) {
+	t.Parallel()
+	c := startServer(t).dial(t)
+	runSteps(t, c, []step{
+		{"put 0 0 2 1\r\nA\r\n", "INSERTED 1\r\n"},
+		{"reserve\r\n", "RESERVED 1 1\r\nA\r\n"},
+	})
+	start := time.Now()
+	mustSend(t, c, "reserve\r\n")
+	expectWithin(t, c, "DEADLINE_SOON\r\n", defaultTimeout)
+	checkElapsed(t, "DEADLINE_SOON", start, time.Second-early)
+	mustSend(t, c, "delete 1\r\n")
+	expect(t, c, "DELETED\r\n")
+}
+
+// Extra: reserve-with-timeout 0 on a paused tube with a ready job times out;
+// put, peek-ready, kick and reserve-job still work on a paused tube.
+func TestReserveWithTimeoutZeroOnPausedTube(t *testing.T) {
+	t.Parallel()
+	c := startServer(t).dial(t)
+	runSteps(t, c, []step{
+		{"put 0 0 10 1\r\na\r\n", "INSERTED 1\r\n"},
+		{"pause-tube default 10\r\n", "PAUSED\r\n"},
+		{"reserve-with-timeout 0\r\n", "TIMED_OUT\r\n"},
+		{"put 0 100 10 1\r\nb\r\n", "INSERTED 2\r\n"},
+		{"peek-ready\r\n", "FOUND 1 1\r\na\r\n"},
+		{"kick 1\r\n", "KICKED 1\r\n"},
+		{"reserve-with-timeout 0\r\n", "TIMED_OUT\r\n"},
+		{"reserve-job 2\r\n", "RESERVED 2 1\r\nb\r\n"},
+	})
+}
+
+// Extra: pause and pause-time-left in stats-tube; the pause ends by itself
+// and re-pausing can shorten it.
+func TestPauseStatsAndExpiry(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	c := s.dial(t)
+	runSteps(t, c, []step{
+		{"put 0 0 10 1\r\na\r\n", "INSERTED 1\r\n"},
+		{"pause-tube default 2\r\n", "PAUSED\r\n"},
+	})
+	st := statsTube(t, c, "default")
+	if st["pause"] != "2" || st["pause-time-left"] != "1" || st["cmd-pause-tube"] != "1" {
+		t.Fatalf("right after pause-tube default 2: pause %s pause-time-left %s cmd-pause-tube %s (want 2 1 1)",
+			st["pause"], st["pause-time-left"], st["cmd-pause-tube"])
+	}
+	// Re-pausing overrides: 100 s, then 1 s.
+	w := s.dial(t)
+	mustSend(t, w, "reserve\r\n")
+	runSteps(t, c, []step{{"pause-tube default 100\r\n", "PAUSED\r\n"}})
+	expectNothing(t, w, 100*time.Millisecond)
+	start := time.Now()
+	runSteps(t, c, []step{{"pause-tube default 1\r\n", "PAUSED\r\n"}})
+	expectWithin(t, w, "RESERVED 1 1\r\na\r\n", defaultTimeout)
+	checkElapsed(t, "RESERVED", start, time.Second)
+	waitFor(t, defaultTimeout, "pause to reset", func() bool {
+		st = statsTube(t, c, "default")
+		return st["pause"] == "0"
+	})
+	if st["pause-time-left"] != "0" || st["cmd-pause-tube"] != "3" {
+		t.Fatalf("after the pause: pause-time-left %s cmd-pause-tube %s", st["pause-time-left"], st["cmd-pause-tube"])
+	}
+}
+
+// Row 51 (issue #113): pause-tube 0 wakes a waiting reserver at once.
+func TestUnpauseTube(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	c0, c1 := s.dial(t), s.dial(t)
+	runSteps(t, c0, []step{
+		{"put 0 0 0 0\r\n\r\n", "INSERTED 1\r\n"},
+		{"pause-tube default 86400\r\n", "PAUSED\r\n"},
+	})
+	mustSend(t, c1, "reserve\r\n")
+	waitWaiting(t, c0, 1)
+	start := time.Now()
+	runSteps(t, c0, []step{{"pause-tube default 0\r\n", "PAUSED\r\n"}})
+	expect(t, c1, "RESERVED 1 0\r\n\r\n")
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("unpause took %v to wake the reserver", el)
+	}
+}
+
+// Extra: a job put into a paused tube while another watched tube is not
+// paused: the waiter gets the unpaused tube's job.
+func TestPausedTubeSkippedForOtherTube(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	c, w := s.dial(t), s.dial(t)
+	runSteps(t, w, []step{{"watch other\r\n", "WATCHING 2\r\n"}})
+	runSteps(t, c, []step{
+		{"put 0 0 10 1\r\np\r\n", "INSERTED 1\r\n"}, // pri 0 but paused
+		{"pause-tube default 100\r\n", "PAUSED\r\n"},
+		{"use other\r\n", "USING other\r\n"},
+		{"put 9 0 10 1\r\nq\r\n", "INSERTED 2\r\n"},
+	})
+	runSteps(t, w, []step{{"reserve\r\n", "RESERVED 2 1\r\nq\r\n"}})
+	mustSend(t, w, "reserve-with-timeout 0\r\n")
+	expect(t, w, "TIMED_OUT\r\n")
+	// A second put into the paused tube still does not wake a waiter.
+	mustSend(t, w, "reserve\r\n")
+	runSteps(t, c, []step{{"use default\r\n", "USING default\r\n"}, {"put 0 0 10 1\r\nr\r\n", "INSERTED 3\r\n"}})
+	expectNothing(t, w, 200*time.Millisecond)
+	runSteps(t, c, []step{{"pause-tube default 0\r\n", "PAUSED\r\n"}})
+	expect(t, w, "RESERVED 1 1\r\np\r\n")
+}

@@ -1,0 +1,238 @@
+package engine
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Waker is how the engine tells a connection's event loop that its parked
+// reserve has an answer. Wake is called from any goroutine, never with an
+// engine lock held, and must not block; the loop then calls TakeWakeup on
+// its own goroutine.
+type Waker interface{ Wake(c *Client) }
+
+// Outcome is what a reserve produced.
+type Outcome uint8
+
+const (
+	Parked       Outcome = iota // no answer yet: the Waker will be called
+	GotJob                      // RESERVED
+	TimedOut                    // TIMED_OUT
+	DeadlineSoon                // DEADLINE_SOON
+)
+
+// Wait states, in the low bits of Client.wstate; the high bits hold the
+// generation of the wait, so a node queued for an earlier wait can never
+// claim a later one.
+const (
+	idle uint64 = iota
+	waiting
+	woke // a job was assigned
+	wokeTimedOut
+	wokeDeadlineSoon
+	cancelled
+	stateBits = 3
+	stateMask = 1<<stateBits - 1
+)
+
+// Client is the engine's view of one connection. The fields in the first
+// group belong to the connection's event loop; mu guards the reserved list,
+// which timers and other loops also change.
+type Client struct {
+	e     *Engine
+	shard int
+	waker Waker
+
+	use      *Tube
+	watch    []*Tube
+	watchBuf [1]*Tube
+	nodes    []waitNode
+	producer bool
+	worker   bool
+
+	mu        sync.Mutex
+	reserved  *Job // head of the list of jobs reserved by this client
+	nReserved int
+	closed    bool
+
+	wstate    atomic.Uint64
+	wgen      uint64
+	wjob      *Job         // set by whoever claimed the wait
+	timeoutAt atomic.Int64 // monotonic ns, or never
+	marginAt  atomic.Int64 // monotonic ns: soonest TTR deadline minus 1 s
+	timer     *time.Timer
+}
+
+// Margin is the safety margin before a TTR deadline in which a reserve is
+// answered DEADLINE_SOON.
+const Margin = int64(time.Second)
+
+// NewClient registers a connection. shard is the caller's event loop index
+// (1-based; 0 is the timers' shard).
+func (e *Engine) NewClient(shard int, w Waker) *Client {
+	c := &Client{e: e, shard: shard, waker: w}
+	c.use = e.reg.acquire(e, e.defaultTube.nameBytes, true)
+	c.watchBuf[0] = e.reg.acquire(e, e.defaultTube.nameBytes, false)
+	c.watch = c.watchBuf[:1]
+	e.ctr.add(shard, cConnections, 1)
+	e.ctr.add(shard, cTotalConnections, 1)
+	return c
+}
+
+// Used is the tube put and peek-* work on.
+func (c *Client) Used() *Tube { return c.use }
+
+// Watched lists the watched tubes in upstream's order.
+func (c *Client) Watched() []*Tube { return c.watch }
+
+// MarkProducer counts the connection in current-producers from now on.
+func (c *Client) MarkProducer() {
+	if !c.producer {
+		c.producer = true
+		c.e.ctr.add(c.shard, cProducers, 1)
+	}
+}
+
+// MarkWorker counts the connection in current-workers from now on.
+func (c *Client) MarkWorker() {
+	if !c.worker {
+		c.worker = true
+		c.e.ctr.add(c.shard, cWorkers, 1)
+	}
+}
+
+// Use switches the used tube.
+func (c *Client) Use(name []byte) {
+	if string(c.use.nameBytes) == string(name) {
+		return
+	}
+	old := c.use
+	c.use = c.e.reg.acquire(c.e, name, true)
+	c.e.reg.release(old, true)
+}
+
+// Watch adds a tube to the watch list and returns the list's length.
+func (c *Client) Watch(name []byte) int {
+	for _, t := range c.watch {
+		if string(t.nameBytes) == string(name) {
+			return len(c.watch)
+		}
+	}
+	c.watch = append(c.watch, c.e.reg.acquire(c.e, name, false))
+	return len(c.watch)
+}
+
+// Ignore drops a tube from the watch list. ok is false when it is the only
+// watched tube (NOT_IGNORED); ignoring an unwatched tube is not an error.
+func (c *Client) Ignore(name []byte) (n int, ok bool) {
+	for i, t := range c.watch {
+		if string(t.nameBytes) != string(name) {
+			continue
+		}
+		if len(c.watch) < 2 {
+			return 1, false
+		}
+		// Swap-remove, as upstream's ms_remove does: clients see it in
+		// list-tubes-watched.
+		last := len(c.watch) - 1
+		c.watch[i] = c.watch[last]
+		c.watch[last] = nil
+		c.watch = c.watch[:last]
+		c.e.reg.release(t, false)
+		break
+	}
+	return len(c.watch), true
+}
+
+func (c *Client) linkReservedLocked(j *Job) {
+	j.prev = nil
+	j.next = c.reserved
+	if c.reserved != nil {
+		c.reserved.prev = j
+	}
+	c.reserved = j
+	j.inList = true
+	c.nReserved++
+}
+
+// unlinkReserved takes j out of c's reserved list. Callers hold j's tube lock.
+func (c *Client) unlinkReserved(j *Job) {
+	c.mu.Lock()
+	if j.inList {
+		if j.prev != nil {
+			j.prev.next = j.next
+		} else {
+			c.reserved = j.next
+		}
+		if j.next != nil {
+			j.next.prev = j.prev
+		}
+		j.prev, j.next, j.inList = nil, nil, false
+		c.nReserved--
+	}
+	c.mu.Unlock()
+}
+
+// soonestDeadline is the earliest TTR deadline of the jobs c holds.
+func (c *Client) soonestDeadline() (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nReserved == 0 {
+		return 0, false
+	}
+	soonest := int64(never)
+	for j := c.reserved; j != nil; j = j.next {
+		if j.deadline < soonest {
+			soonest = j.deadline
+		}
+	}
+	return soonest, true
+}
+
+// Close is the connection going away: a parked reserve is cancelled and
+// every job it holds goes back to ready at once, as upstream does.
+func (c *Client) Close() {
+	c.mu.Lock()
+	c.closed = true
+	held := make([]*Job, 0, c.nReserved)
+	for j := c.reserved; j != nil; j = j.next {
+		held = append(held, j)
+	}
+	c.mu.Unlock()
+
+	if st := c.wstate.Load(); st&stateMask == waiting && c.claim(st>>stateBits, cancelled) {
+		c.finishWait(c)
+	}
+	now := c.e.mono()
+	for _, j := range held {
+		t := j.Tube
+		var cl claims
+		t.mu.Lock()
+		if j.owner == c && j.state == Reserved {
+			t.remove(j, c.shard)
+			c.unlinkReserved(j)
+			j.owner = nil
+			t.insert(j, Ready, c.shard)
+			t.serveWaiters(now, c.shard, &cl)
+		}
+		t.mu.Unlock()
+		cl.deliver(nil)
+	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	for _, t := range c.watch {
+		c.e.reg.release(t, false)
+	}
+	c.e.reg.release(c.use, true)
+	c.watch, c.use = nil, nil
+	e := c.e
+	e.ctr.add(c.shard, cConnections, -1)
+	if c.producer {
+		e.ctr.add(c.shard, cProducers, -1)
+	}
+	if c.worker {
+		e.ctr.add(c.shard, cWorkers, -1)
+	}
+}

@@ -1,0 +1,49 @@
+// Package engine is beanpole's job state machine: tubes, ready and delay
+// heaps, buried lists, reservations, parked reservers, TTR/delay/pause
+// timers and counters. It does no I/O; the event loops call it directly and
+// it calls back through Waker when a parked reserve gets its answer.
+//
+// Locking: state is sharded per tube (Tube.mu guards a tube's jobs, heaps,
+// waiters and counters). Lock order is registry → tube → client; the job
+// table's shard locks are never held together with any other lock.
+package engine
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Engine holds all jobs and tubes.
+type Engine struct {
+	base        time.Time
+	nextID      atomic.Uint64
+	jobs        *jobTable
+	reg         registry
+	defaultTube *Tube
+	ctr         counters
+	draining    atomic.Bool
+}
+
+// New makes an engine for a server with the given number of event loops.
+func New(loops int) *Engine {
+	e := &Engine{base: time.Now(), jobs: newJobTable()}
+	e.ctr.shards = make([]counterShard, loops+1)
+	e.defaultTube = e.reg.init(e)
+	return e
+}
+
+// mono is monotonic time in ns since the engine started: TTR, delays and
+// pauses must not move when the wall clock is stepped.
+func (e *Engine) mono() int64 { return int64(time.Since(e.base)) }
+
+// NextID hands out a job id. Ids are global and never reused.
+func (e *Engine) NextID() uint64 { return e.nextID.Add(1) }
+
+// SetDraining enters drain mode (SIGUSR1); there is no way back, as upstream.
+func (e *Engine) SetDraining() { e.draining.Store(true) }
+
+// Draining reports whether puts are refused.
+func (e *Engine) Draining() bool { return e.draining.Load() }
+
+// Uptime is the time since the engine started.
+func (e *Engine) Uptime() time.Duration { return time.Since(e.base) }

@@ -1,0 +1,240 @@
+package engine
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/beanpole/beanpole/codec"
+)
+
+// chanWaker records wake-ups like an event loop would, answering on the
+// test's goroutine.
+type chanWaker struct{ ch chan *Client }
+
+func (w chanWaker) Wake(c *Client) { w.ch <- c }
+
+func newTestClient(e *Engine, shard int) (*Client, chan *Client) {
+	ch := make(chan *Client, 16)
+	return e.NewClient(shard, chanWaker{ch}), ch
+}
+
+func put(t *testing.T, c *Client, pri uint32, delay time.Duration, body string) *Job {
+	t.Helper()
+	return c.Put(c.e.NextID(), pri, delay, 10*time.Second, []byte(body+"\r\n"))
+}
+
+func TestReserveOrderIsPriThenID(t *testing.T) {
+	e := New(1)
+	c, _ := newTestClient(e, 1)
+	for _, p := range []uint32{5, 1, 5, 1, 0} {
+		put(t, c, p, 0, "x")
+	}
+	var got []uint64
+	for range 5 {
+		j, o := c.Reserve(0)
+		if o != GotJob {
+			t.Fatalf("outcome %v", o)
+		}
+		got = append(got, j.ID)
+	}
+	want := []uint64{5, 2, 4, 1, 3}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("order %v, want %v", got, want)
+		}
+	}
+}
+
+func TestParkedReserveIsServedByPutFIFO(t *testing.T) {
+	e := New(2)
+	a, cha := newTestClient(e, 1)
+	b, chb := newTestClient(e, 2)
+	p, _ := newTestClient(e, 1)
+	if _, o := a.Reserve(-1); o != Parked {
+		t.Fatal("a should park")
+	}
+	if _, o := b.Reserve(-1); o != Parked {
+		t.Fatal("b should park")
+	}
+	put(t, p, 0, 0, "first")
+	select {
+	case c := <-cha:
+		j, o := c.TakeWakeup()
+		if o != GotJob || string(j.Body) != "first\r\n" {
+			t.Fatalf("a got %v %v", j, o)
+		}
+	case <-chb:
+		t.Fatal("b served before a: waiters must be FIFO")
+	case <-time.After(time.Second):
+		t.Fatal("no wake")
+	}
+	put(t, p, 0, 0, "second")
+	c := <-chb
+	if j, o := c.TakeWakeup(); o != GotJob || j.ID != 2 {
+		t.Fatalf("b got %v %v", j, o)
+	}
+}
+
+func TestReserveWithTimeoutTimesOut(t *testing.T) {
+	e := New(1)
+	c, ch := newTestClient(e, 1)
+	start := time.Now()
+	if _, o := c.Reserve(100 * time.Millisecond); o != Parked {
+		t.Fatal("should park")
+	}
+	<-ch
+	if _, o := c.TakeWakeup(); o != TimedOut {
+		t.Fatalf("outcome %v", o)
+	}
+	if d := time.Since(start); d < 90*time.Millisecond {
+		t.Fatalf("timed out after %v", d)
+	}
+	if _, o := c.Reserve(0); o != TimedOut {
+		t.Fatalf("reserve-with-timeout 0: %v", o)
+	}
+}
+
+func TestTTRExpiryReturnsJobToReady(t *testing.T) {
+	e := New(1)
+	c, _ := newTestClient(e, 1)
+	j := c.Put(e.NextID(), 0, 0, time.Second, []byte("x\r\n"))
+	if got, o := c.Reserve(0); o != GotJob || got != j {
+		t.Fatal("reserve")
+	}
+	// Inside the margin with nothing else ready: DEADLINE_SOON at once.
+	time.Sleep(50 * time.Millisecond)
+	if _, o := c.Reserve(0); o != DeadlineSoon {
+		t.Fatalf("want DeadlineSoon, got %v", o)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	var st codec.JobStats
+	if !e.StatsJob(j.ID, &st) || st.State != "ready" || st.Timeouts != 1 {
+		t.Fatalf("after TTR: %+v", st)
+	}
+}
+
+func TestDelayedJobBecomesReady(t *testing.T) {
+	e := New(1)
+	c, ch := newTestClient(e, 1)
+	put(t, c, 0, 100*time.Millisecond, "later")
+	if _, o := c.Reserve(-1); o != Parked {
+		t.Fatal("should park while the job is delayed")
+	}
+	select {
+	case <-ch:
+	case <-time.After(2 * time.Second):
+		t.Fatal("delayed job never delivered")
+	}
+	if j, o := c.TakeWakeup(); o != GotJob || string(j.Body) != "later\r\n" {
+		t.Fatalf("%v %v", j, o)
+	}
+}
+
+func TestCloseReturnsReservedJobsAndFreesTubes(t *testing.T) {
+	e := New(1)
+	a, _ := newTestClient(e, 1)
+	a.Use([]byte("t1"))
+	a.Watch([]byte("t1"))
+	put(t, a, 0, 0, "x")
+	if _, o := a.Reserve(0); o != GotJob {
+		t.Fatal("reserve")
+	}
+	b, _ := newTestClient(e, 1)
+	b.Watch([]byte("t1"))
+	a.Close()
+	if _, o := b.Reserve(0); o != GotJob {
+		t.Fatal("job not returned to ready on close")
+	}
+	b.Delete(1)
+	b.Close()
+	if names := e.AppendTubeNames(nil); len(names) != 1 || string(names[0]) != "default" {
+		t.Fatalf("tubes left: %q", names)
+	}
+}
+
+// TestConcurrentDeliveryExactlyOnce runs producers and parked consumers on
+// several goroutines and tubes: every job must be delivered exactly once.
+func TestConcurrentDeliveryExactlyOnce(t *testing.T) {
+	const producers, consumers, perProducer = 4, 6, 2000
+	e := New(4)
+	tubes := [][]byte{[]byte("a"), []byte("b"), []byte("c")}
+	var mu sync.Mutex
+	seen := make(map[uint64]int)
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for i := range consumers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, ch := newTestClient(e, 1+i%4)
+			for _, tb := range tubes[:1+i%3] {
+				c.Watch(tb)
+			}
+			for {
+				j, o := c.Reserve(20 * time.Millisecond)
+				if o == Parked {
+					select {
+					case <-ch:
+						j, o = c.TakeWakeup()
+					case <-done:
+						c.Close()
+						return
+					}
+				}
+				if o == GotJob {
+					mu.Lock()
+					seen[j.ID]++
+					mu.Unlock()
+					if !c.Delete(j.ID) {
+						t.Errorf("delete %d failed", j.ID)
+					}
+				}
+				select {
+				case <-done:
+					c.Close()
+					return
+				default:
+				}
+			}
+		}()
+	}
+	var pwg sync.WaitGroup
+	for i := range producers {
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			p, _ := newTestClient(e, 1+i%4)
+			p.Use(tubes[i%len(tubes)])
+			for range perProducer {
+				put(t, p, 0, 0, "job")
+			}
+		}()
+	}
+	pwg.Wait()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		if n == producers*perProducer || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(done)
+	wg.Wait()
+	if len(seen) != producers*perProducer {
+		t.Fatalf("delivered %d of %d jobs", len(seen), producers*perProducer)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("job %d delivered %d times", id, n)
+		}
+	}
+	var st codec.ServerStats
+	e.Stats(&st)
+	if st.CurrentJobsReady+st.CurrentJobsReserved != 0 || st.CurrentWaiting != 0 {
+		t.Fatalf("leftover gauges: %+v", st)
+	}
+}

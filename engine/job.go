@@ -1,0 +1,53 @@
+package engine
+
+// State is where a job is in its life.
+type State uint8
+
+const (
+	Ready State = iota + 1
+	Reserved
+	Delayed
+	Buried
+	Deleted
+)
+
+var stateNames = [...]string{"invalid", "ready", "reserved", "delayed", "buried", "invalid"}
+
+func (s State) String() string { return stateNames[s] }
+
+// Job is one unit of work. Its tube never changes, so every mutable field is
+// guarded by the tube's lock; the body is immutable once the job exists, so
+// it can be written to a socket without holding any lock.
+type Job struct {
+	ID   uint64
+	Tube *Tube
+	// Body includes the trailing CRLF, so a RESERVED/FOUND reply sends it as
+	// one slice straight from here.
+	Body []byte
+
+	Pri       uint32
+	state     State
+	heapIndex int32 // position in the ready, delay or ttr heap; -1 when in none
+
+	delay     int64 // ns, as last given by put or release
+	ttr       int64 // ns
+	createdAt int64 // wall-clock ns: survives a restart, drives stats-job age
+	// deadline is monotonic ns: when a delayed job becomes ready, or when a
+	// reserved job's TTR runs out.
+	deadline int64
+
+	// owner is the client holding the job while reserved. prev/next link the
+	// job into that client's reserved list, or into its tube's buried list:
+	// the two states are exclusive, so the links are shared.
+	owner      *Client
+	prev, next *Job
+	inList     bool // in owner's reserved list (guarded by owner.mu)
+
+	reserves, timeouts, releases, buries, kicks uint32
+}
+
+// State reports the job's state; callers must hold the tube lock or accept a
+// racy answer.
+func (j *Job) State() State { return j.state }
+
+func urgent(pri uint32) bool { return pri < 1024 }

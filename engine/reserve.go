@@ -1,0 +1,220 @@
+package engine
+
+import "time"
+
+// Reserve runs reserve (timeout < 0) or reserve-with-timeout. It answers at
+// once when it can; otherwise it parks the client on every watched tube and
+// returns Parked, and the Waker is called exactly once with the answer.
+func (c *Client) Reserve(timeout time.Duration) (*Job, Outcome) {
+	now := c.e.mono()
+	soonest, holding := c.soonestDeadline()
+	margin := int64(never)
+	if holding {
+		margin = soonest - Margin
+		// Upstream answers DEADLINE_SOON only when no watched tube has a
+		// ready job (pause ignored), so a worker inside its margin can
+		// still take more work (#646).
+		if now >= margin && !c.anyReady() {
+			return nil, DeadlineSoon
+		}
+	}
+	if j := c.take(now); j != nil {
+		return j, GotJob
+	}
+	if timeout == 0 {
+		return nil, TimedOut
+	}
+	return c.park(now, timeout, margin)
+}
+
+func (c *Client) anyReady() bool {
+	for _, t := range c.watch {
+		t.mu.Lock()
+		n := t.ready.Len()
+		t.mu.Unlock()
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// take reserves the most urgent ready job, by (pri, id), across the
+// unpaused watched tubes.
+func (c *Client) take(now int64) *Job {
+	best := c.watch[0]
+	if len(c.watch) > 1 {
+		var top *Job
+		best = nil
+		for _, t := range c.watch {
+			t.mu.Lock()
+			if !t.paused(now) {
+				if j := t.ready.Top(); j != nil && (top == nil || byPriority(j, top)) {
+					top, best = j, t
+				}
+			}
+			t.mu.Unlock()
+		}
+		if best == nil {
+			return nil
+		}
+	}
+	t := best
+	t.mu.Lock()
+	var j *Job
+	if !t.paused(now) {
+		if j = t.ready.Top(); j != nil {
+			t.remove(j, c.shard)
+			c.mu.Lock()
+			t.reserveLocked(j, c, now, c.shard)
+			c.mu.Unlock()
+		}
+	}
+	t.mu.Unlock()
+	return j
+}
+
+func (c *Client) park(now int64, timeout time.Duration, margin int64) (*Job, Outcome) {
+	c.wgen++
+	gen := c.wgen
+	c.wjob = nil
+	deadline := int64(never)
+	if timeout > 0 {
+		deadline = now + int64(timeout)
+	}
+	c.timeoutAt.Store(deadline)
+	c.marginAt.Store(margin)
+	c.e.ctr.add(c.shard, cWaiting, 1)
+	c.wstate.Store(gen<<stateBits | waiting)
+
+	if len(c.nodes) != len(c.watch) {
+		c.nodes = make([]waitNode, len(c.watch))
+	}
+	for i, t := range c.watch {
+		c.nodes[i].c, c.nodes[i].t = c, t
+	}
+	var cl claims
+	for i := range c.nodes {
+		n := &c.nodes[i]
+		t := n.t
+		t.mu.Lock()
+		t.waiters.remove(n) // a node left behind by an earlier wait
+		n.gen = gen
+		t.waiters.pushBack(n)
+		// A job may have arrived between take and now: serving the queue
+		// here closes that window (the queue is FIFO, so an earlier waiter
+		// gets it first, as it should).
+		if t.ready.Len() > 0 {
+			t.serveWaiters(now, c.shard, &cl)
+		}
+		t.mu.Unlock()
+		if c.wstate.Load()&stateMask != waiting {
+			break
+		}
+	}
+	if cl.deliver(c) {
+		return c.wjob, GotJob
+	}
+	if c.wstate.Load()&stateMask != waiting {
+		// Claimed by another goroutine while we were still queueing: make
+		// sure no node queued after its cleanup stays behind, so the next
+		// wait starts with every node unlinked.
+		c.unlinkNodes()
+		return nil, Parked
+	}
+	if c.wstate.Load() == gen<<stateBits|waiting {
+		if at := min(deadline, margin); at != never {
+			d := time.Duration(at - c.e.mono())
+			if c.timer == nil {
+				c.timer = time.AfterFunc(d, c.onTimer)
+			} else {
+				c.timer.Reset(d)
+			}
+		}
+	}
+	return nil, Parked
+}
+
+// claim ends wait gen with the given result; only one caller wins.
+func (c *Client) claim(gen uint64, result uint64) bool {
+	if c.wstate.CompareAndSwap(gen<<stateBits|waiting, gen<<stateBits|result) {
+		c.e.ctr.add(c.shard, cWaiting, -1)
+		return true
+	}
+	return false
+}
+
+// finishWait unlinks the client from every tube queue once its wait was
+// claimed, then wakes its loop unless the claim was made by self. It must
+// be called with no tube lock held. Reports whether c is self.
+func (c *Client) finishWait(self *Client) bool {
+	c.unlinkNodes()
+	if c == self {
+		return true
+	}
+	c.waker.Wake(c)
+	return false
+}
+
+func (c *Client) unlinkNodes() {
+	for i := range c.nodes {
+		n := &c.nodes[i]
+		n.t.mu.Lock()
+		n.t.waiters.remove(n)
+		n.t.mu.Unlock()
+	}
+}
+
+// onTimer ends a wait at its timeout or at the TTR safety margin of a job
+// the client holds. It runs on a timer goroutine; a stale fire from an
+// earlier wait finds nothing due and does nothing.
+func (c *Client) onTimer() {
+	st := c.wstate.Load()
+	if st&stateMask != waiting {
+		return
+	}
+	now := c.e.mono()
+	result := wokeTimedOut
+	switch margin, timeout := c.marginAt.Load(), c.timeoutAt.Load(); {
+	case now >= margin:
+		result = wokeDeadlineSoon
+	case now >= timeout:
+	default:
+		c.timer.Reset(time.Duration(min(margin, timeout) - now))
+		return
+	}
+	if c.claim(st>>stateBits, result) {
+		c.finishWait(nil)
+	}
+}
+
+// TakeWakeup is called by the loop after Wake: it returns the answer to the
+// parked reserve and makes the client ready for its next command.
+func (c *Client) TakeWakeup() (*Job, Outcome) {
+	st := c.wstate.Load()
+	c.wstate.Store(st &^ stateMask) // idle, same generation
+	switch st & stateMask {
+	case woke:
+		j := c.wjob
+		c.wjob = nil
+		return j, GotJob
+	case wokeTimedOut:
+		return nil, TimedOut
+	case wokeDeadlineSoon:
+		return nil, DeadlineSoon
+	}
+	return nil, Parked
+}
+
+// CancelWait is for a parked connection that is half-closed by its peer:
+// upstream answers TIMED_OUT. It reports whether the wait was still open
+// (so the caller should answer TIMED_OUT); if a job was already assigned
+// the caller gets nothing and Close returns the job to ready.
+func (c *Client) CancelWait() bool {
+	st := c.wstate.Load()
+	if st&stateMask == waiting && c.claim(st>>stateBits, cancelled) {
+		c.finishWait(c)
+		return true
+	}
+	return false
+}

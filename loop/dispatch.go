@@ -1,0 +1,189 @@
+package loop
+
+import (
+	"time"
+
+	"github.com/beanpole/beanpole/codec"
+	"github.com/beanpole/beanpole/engine"
+	"github.com/panjf2000/gnet/v2"
+)
+
+// dispatch runs one command line. avail is how many input bytes follow the
+// line (a put body may already be there). Replies go to the loop's batch.
+func (s *Server) dispatch(c *conn, line []byte, avail int) gnet.Action {
+	var cmd codec.Command
+	out := &c.ls.out
+	st := codec.Parse(line, &cmd)
+	switch st {
+	case codec.Unknown:
+		out.buf = append(out.buf, codec.RepUnknownCommand...)
+		return gnet.None
+	case codec.BadFormat:
+		out.buf = append(out.buf, codec.RepBadFormat...)
+		return gnet.None
+	}
+	c.ls.cmd[cmd.Op].Add(1)
+	if st == codec.PauseTubeBadName {
+		// Upstream counts it, then rejects the name's leading '-'.
+		out.buf = append(out.buf, codec.RepBadFormat...)
+		return gnet.None
+	}
+	cl := c.cl
+	switch cmd.Op {
+	case codec.OpPut:
+		if cmd.Bytes > s.cfg.MaxJobSize {
+			// Upstream reads and drops the body before answering, even
+			// when the line also has trailing garbage.
+			c.skip = uint64(cmd.Bytes) + 2
+			c.phase = phaseSkip
+			return gnet.None
+		}
+		if st == codec.PutTrailingGarbage {
+			out.buf = append(out.buf, codec.RepBadFormat...)
+			return gnet.None
+		}
+		cl.MarkProducer()
+		c.put = putHeader{id: s.eng.NextID(), pri: cmd.Pri, delay: cmd.Delay, ttr: cmd.TTR, bytes: cmd.Bytes}
+		need := int(cmd.Bytes) + 2
+		c.body = make([]byte, 0, min(need, max(avail, 16<<10)))
+		c.phase = phaseBody
+	case codec.OpReserve, codec.OpReserveWithTimeout:
+		cl.MarkWorker()
+		timeout := time.Duration(-1)
+		if cmd.Op == codec.OpReserveWithTimeout {
+			timeout = time.Duration(cmd.Timeout) * time.Second
+		}
+		j, outcome := cl.Reserve(timeout)
+		if outcome == engine.Parked {
+			c.parked = true
+			return gnet.None
+		}
+		s.reserveReply(c, j, outcome)
+	case codec.OpReserveJob:
+		// Only a reserve-job that reserves makes the connection a worker.
+		if j := cl.ReserveJob(cmd.ID); j != nil {
+			cl.MarkWorker()
+			s.reserveReply(c, j, engine.GotJob)
+		} else {
+			out.buf = append(out.buf, codec.RepNotFound...)
+		}
+	case codec.OpDelete:
+		s.ok(out, cl.Delete(cmd.ID), codec.RepDeleted)
+	case codec.OpRelease:
+		s.ok(out, cl.Release(cmd.ID, cmd.Pri, time.Duration(cmd.Delay)*time.Second), codec.RepReleased)
+	case codec.OpBury:
+		s.ok(out, cl.Bury(cmd.ID, cmd.Pri), codec.RepBuried)
+	case codec.OpTouch:
+		s.ok(out, cl.Touch(cmd.ID), codec.RepTouched)
+	case codec.OpKick:
+		out.buf = codec.AppendKicked(out.buf, uint64(cl.Kick(cmd.Bound)))
+	case codec.OpKickJob:
+		s.ok(out, cl.KickJob(cmd.ID), codec.RepKicked)
+	case codec.OpPeek:
+		s.found(out, s.eng.Peek(cmd.ID))
+	case codec.OpPeekReady:
+		s.found(out, cl.PeekReady())
+	case codec.OpPeekDelayed:
+		s.found(out, cl.PeekDelayed())
+	case codec.OpPeekBuried:
+		s.found(out, cl.PeekBuried())
+	case codec.OpUse:
+		cl.Use(cmd.Tube)
+		out.buf = codec.AppendUsing(out.buf, cl.Used().NameBytes())
+	case codec.OpWatch:
+		out.buf = codec.AppendWatching(out.buf, uint64(cl.Watch(cmd.Tube)))
+	case codec.OpIgnore:
+		if n, ok := cl.Ignore(cmd.Tube); ok {
+			out.buf = codec.AppendWatching(out.buf, uint64(n))
+		} else {
+			out.buf = append(out.buf, codec.RepNotIgnored...)
+		}
+	case codec.OpPauseTube:
+		s.ok(out, s.eng.PauseTube(cmd.Tube, time.Duration(cmd.Delay)*time.Second), codec.RepPaused)
+	case codec.OpStats:
+		var st codec.ServerStats
+		s.serverStats(&st)
+		out.buf = codec.AppendStats(out.buf, &st)
+	case codec.OpStatsJob:
+		var st codec.JobStats
+		if s.eng.StatsJob(cmd.ID, &st) {
+			out.buf = codec.AppendJobStats(out.buf, &st)
+		} else {
+			out.buf = append(out.buf, codec.RepNotFound...)
+		}
+	case codec.OpStatsTube:
+		var st codec.TubeStats
+		if s.eng.StatsTube(cmd.Tube, &st) {
+			out.buf = codec.AppendTubeStats(out.buf, &st)
+		} else {
+			out.buf = append(out.buf, codec.RepNotFound...)
+		}
+	case codec.OpListTubes:
+		c.ls.tubes = s.eng.AppendTubeNames(c.ls.tubes[:0])
+		out.buf = codec.AppendTubeList(out.buf, c.ls.tubes)
+		clear(c.ls.tubes)
+	case codec.OpListTubeUsed:
+		out.buf = codec.AppendUsing(out.buf, cl.Used().NameBytes())
+	case codec.OpListTubesWatched:
+		names := c.ls.tubes[:0]
+		for _, t := range cl.Watched() {
+			names = append(names, t.NameBytes())
+		}
+		out.buf = codec.AppendTubeList(out.buf, names)
+		clear(names)
+		c.ls.tubes = names
+	case codec.OpQuit:
+		return gnet.Close
+	}
+	return gnet.None
+}
+
+func (s *Server) ok(out *output, ok bool, reply []byte) {
+	if ok {
+		out.buf = append(out.buf, reply...)
+	} else {
+		out.buf = append(out.buf, codec.RepNotFound...)
+	}
+}
+
+func (s *Server) found(out *output, j *engine.Job) {
+	if j == nil {
+		out.buf = append(out.buf, codec.RepNotFound...)
+		return
+	}
+	out.buf = codec.AppendFoundHeader(out.buf, j.ID, uint64(len(j.Body)-2))
+	out.body(j.Body)
+}
+
+// reserveReply answers a reserve that has its outcome.
+func (s *Server) reserveReply(c *conn, j *engine.Job, outcome engine.Outcome) {
+	out := &c.ls.out
+	switch outcome {
+	case engine.GotJob:
+		out.buf = codec.AppendReservedHeader(out.buf, j.ID, uint64(len(j.Body)-2))
+		out.body(j.Body)
+	case engine.TimedOut:
+		out.buf = append(out.buf, codec.RepTimedOut...)
+	case engine.DeadlineSoon:
+		out.buf = append(out.buf, codec.RepDeadlineSoon...)
+	}
+}
+
+// finishPut runs once a put body has fully arrived.
+func (s *Server) finishPut(c *conn) {
+	out := &c.ls.out
+	body := c.body
+	c.body = nil
+	n := len(body)
+	if body[n-2] != '\r' || body[n-1] != '\n' {
+		out.buf = append(out.buf, codec.RepExpectedCRLF...)
+		return
+	}
+	if s.eng.Draining() {
+		out.buf = append(out.buf, codec.RepDraining...)
+		return
+	}
+	p := c.put
+	j := c.cl.Put(p.id, p.pri, time.Duration(p.delay)*time.Second, time.Duration(p.ttr)*time.Second, body)
+	out.buf = codec.AppendInserted(out.buf, j.ID)
+}

@@ -1,0 +1,62 @@
+package loop
+
+import (
+	"github.com/beanpole/beanpole/codec"
+	"github.com/panjf2000/gnet/v2"
+)
+
+// handler adapts gnet's callbacks to the server.
+type handler struct {
+	gnet.BuiltinEventEngine
+	s *Server
+}
+
+func (h *handler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
+	s := h.s
+	c := &conn{s: s, gc: gc, ls: s.loopFor(gc.EventLoop())}
+	c.cl = s.eng.NewClient(c.ls.shard, c)
+	gc.SetContext(c)
+	if s.cfg.Verbosity > 0 {
+		s.log.Info().Int("fd", gc.Fd()).Str("remote", addr(gc)).Msg("accept")
+	}
+	return nil, gnet.None
+}
+
+func (h *handler) OnClose(gc gnet.Conn, err error) gnet.Action {
+	c, _ := gc.Context().(*conn)
+	if c == nil || c.closed {
+		return gnet.None
+	}
+	s := h.s
+	c.closed = true
+	// gnet closes on the peer's EOF. A reserve that is still waiting is
+	// answered TIMED_OUT first, as upstream does for a half-closed peer;
+	// the socket is still open here and gnet flushes after OnClose.
+	if c.parked && c.cl.CancelWait() {
+		_, _ = gc.Write(codec.RepTimedOut)
+	}
+	if c.throttled {
+		s.throttled.remove(c)
+	}
+	c.cl.Close()
+	c.body = nil
+	if s.cfg.Verbosity > 0 {
+		s.log.Info().Int("fd", gc.Fd()).AnErr("err", err).Msg("close")
+	}
+	return gnet.None
+}
+
+func (h *handler) OnTraffic(gc gnet.Conn) gnet.Action {
+	c, _ := gc.Context().(*conn)
+	if c == nil || c.closed {
+		return gnet.None
+	}
+	return h.s.process(c)
+}
+
+func addr(gc gnet.Conn) string {
+	if a := gc.RemoteAddr(); a != nil {
+		return a.String()
+	}
+	return ""
+}

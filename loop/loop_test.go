@@ -1,0 +1,135 @@
+package loop
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/beanpole/beanpole/engine"
+	"github.com/rs/zerolog"
+)
+
+// startServer runs an in-process server on a real loopback socket.
+func startServer(t testing.TB, maxJob uint32) string {
+	t.Helper()
+	eng := engine.New(2)
+	srv, err := New(Config{Loops: 2, MaxJobSize: maxJob, Version: "test", Log: zerolog.Nop()}, eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Stop(context.Background()) })
+	return ln.Addr().String()
+}
+
+func dial(t testing.TB, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func send(t testing.TB, c net.Conn, s string) {
+	t.Helper()
+	if _, err := io.WriteString(c, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expect reads exactly len(want) bytes and compares them.
+func expect(t testing.TB, c net.Conn, want string) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, len(want))
+	n, err := io.ReadFull(c, got)
+	if err != nil || string(got) != want {
+		t.Fatalf("got %q (%v), want %q", got[:n], err, want)
+	}
+}
+
+func TestPipelinedRepliesInOneBatch(t *testing.T) {
+	addr := startServer(t, 65535)
+	c := dial(t, addr)
+	send(t, c, "use a\r\nput 0 0 10 5\r\nhello\r\nput 1 0 10 0\r\n\r\nwatch a\r\nreserve\r\nreserve\r\ndelete 1\r\ndelete 2\r\nlist-tube-used\r\n")
+	expect(t, c, "USING a\r\nINSERTED 1\r\nINSERTED 2\r\nWATCHING 2\r\nRESERVED 1 5\r\nhello\r\nRESERVED 2 0\r\n\r\nDELETED\r\nDELETED\r\nUSING a\r\n")
+}
+
+func TestParkedReserveHoldsBackPipelinedCommands(t *testing.T) {
+	addr := startServer(t, 65535)
+	w := dial(t, addr)
+	p := dial(t, addr)
+	send(t, w, "reserve\r\nlist-tube-used\r\n")
+	time.Sleep(50 * time.Millisecond)
+	send(t, w, "use later\r\n") // arrives while parked: must wait too
+	time.Sleep(50 * time.Millisecond)
+	send(t, p, "put 0 0 10 3\r\nabc\r\n")
+	expect(t, p, "INSERTED 1\r\n")
+	expect(t, w, "RESERVED 1 3\r\nabc\r\nUSING default\r\nUSING later\r\n")
+}
+
+func TestLongLineIsOneBadFormat(t *testing.T) {
+	addr := startServer(t, 65535)
+	c := dial(t, addr)
+	send(t, c, strings.Repeat("a", 500)+"\r\nlist-tube-used\r\n")
+	expect(t, c, "BAD_FORMAT\r\nUSING default\r\n")
+	// Split across writes, with the CR and LF in different packets.
+	send(t, c, strings.Repeat("b", 300))
+	time.Sleep(20 * time.Millisecond)
+	send(t, c, "\r")
+	time.Sleep(20 * time.Millisecond)
+	send(t, c, "\nlist-tube-used\r\n")
+	expect(t, c, "BAD_FORMAT\r\nUSING default\r\n")
+}
+
+func TestBodyArrivingInPieces(t *testing.T) {
+	addr := startServer(t, 1<<20)
+	c := dial(t, addr)
+	body := strings.Repeat("x", 300000)
+	send(t, c, "put 0 0 10 300000\r\n")
+	for i := 0; i < len(body); i += 70000 {
+		send(t, c, body[i:min(i+70000, len(body))])
+	}
+	send(t, c, "\r\nreserve\r\n")
+	expect(t, c, "INSERTED 1\r\nRESERVED 1 300000\r\n"+body+"\r\n")
+}
+
+func TestJobTooBigDiscardsBody(t *testing.T) {
+	addr := startServer(t, 10)
+	c := dial(t, addr)
+	send(t, c, "put 0 0 0 11\r\ndelete 9999\r\nput 0 0 0 1\r\nx\r\n")
+	expect(t, c, "JOB_TOO_BIG\r\nINSERTED 1\r\n")
+}
+
+func TestHalfCloseWhileParkedGetsTimedOut(t *testing.T) {
+	addr := startServer(t, 65535)
+	c := dial(t, addr)
+	send(t, c, "reserve\r\n")
+	time.Sleep(50 * time.Millisecond)
+	_ = c.(*net.TCPConn).CloseWrite()
+	expect(t, c, "TIMED_OUT\r\n")
+}
+
+func TestQuitFlushesEarlierReplies(t *testing.T) {
+	addr := startServer(t, 65535)
+	c := dial(t, addr)
+	send(t, c, "use x\r\nquit\r\nuse y\r\n")
+	expect(t, c, "USING x\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if rest, _ := io.ReadAll(bufio.NewReader(c)); len(rest) != 0 {
+		t.Fatalf("bytes after quit: %q", rest)
+	}
+}

@@ -1,0 +1,154 @@
+package loop
+
+import (
+	"bytes"
+
+	"github.com/beanpole/beanpole/codec"
+	"github.com/panjf2000/gnet/v2"
+)
+
+// maxLine is the longest command line including CRLF (beanpole Decision 2:
+// upstream's LINE_BUF_SIZE, `pause-tube <200 chars> 4294967295\r\n`).
+const maxLine = 224
+
+var crlf = []byte("\r\n")
+
+// process runs every complete command buffered for c, in order, and sends
+// their replies in one write. It stops early at a reserve that has to wait
+// (the rest stays in gnet's buffer until the reserve is answered), when
+// output backs up, or at quit.
+func (s *Server) process(c *conn) gnet.Action {
+	gc := c.gc
+	if c.parked {
+		return s.checkInputCap(c)
+	}
+	if c.throttled {
+		if gc.OutboundBuffered() > s.cfg.HighWater/2 {
+			return s.checkInputCap(c)
+		}
+		c.throttled = false
+		s.throttled.remove(c)
+	}
+	out := &c.ls.out
+	buf, _ := gc.Peek(-1)
+	off := 0
+	action := gnet.None
+	for off < len(buf) && !c.parked {
+		switch c.phase {
+		case phaseSkip:
+			n := uint64(len(buf) - off)
+			if n > c.skip {
+				n = c.skip
+			}
+			off += int(n)
+			c.skip -= n
+			if c.skip == 0 {
+				c.phase = phaseCommand
+				out.buf = append(out.buf, codec.RepJobTooBig...)
+			}
+		case phaseBody:
+			off += c.readBody(buf[off:])
+			if len(c.body) == int(c.put.bytes)+2 {
+				c.phase = phaseCommand
+				s.finishPut(c)
+			}
+		case phaseDiscardLine:
+			if i := bytes.Index(buf[off:], crlf); i >= 0 {
+				off += i + 2
+				c.phase = phaseCommand
+				out.buf = append(out.buf, codec.RepBadFormat...)
+			} else {
+				off = keepTrailingCR(buf, off)
+				goto done // a lone trailing '\r' waits for its '\n'
+			}
+		case phaseCommand:
+			window := buf[off:min(len(buf), off+maxLine)]
+			i := bytes.Index(window, crlf)
+			if i < 0 {
+				if len(window) == maxLine {
+					// Too long to be a command: discard through the next
+					// CRLF and answer one BAD_FORMAT, keeping the connection.
+					c.phase = phaseDiscardLine
+					continue
+				}
+				goto done // incomplete line: wait for more
+			}
+			line := window[:i]
+			off += i + 2
+			if act := s.dispatch(c, line, len(buf)-off); act != gnet.None {
+				action = act
+				goto done
+			}
+		}
+		if out.full() {
+			s.flush(c, off)
+			if c.closed {
+				return gnet.Close
+			}
+			buf, _ = gc.Peek(-1)
+			off = 0
+			if gc.OutboundBuffered() > s.cfg.HighWater {
+				break
+			}
+		}
+	}
+done:
+	s.flush(c, off)
+	if c.closed || action != gnet.None {
+		return action
+	}
+	if n := gc.OutboundBuffered(); n > s.cfg.HighWater {
+		if n > s.cfg.HardCap {
+			s.log.Warn().Str("remote", addr(gc)).Int("pending", n).Msg("closing connection: it does not read its replies")
+			return gnet.Close
+		}
+		if !c.throttled {
+			c.throttled = true
+			s.throttled.add(c)
+		}
+	}
+	return gnet.None
+}
+
+// flush discards the consumed input and writes the batched replies.
+func (s *Server) flush(c *conn, consumed int) {
+	if consumed > 0 { // never Discard(0): it means "everything" to gnet
+		_, _ = c.gc.Discard(consumed)
+	}
+	c.ls.out.flush(c.gc)
+}
+
+// keepTrailingCR consumes buf[off:] except a final '\r', which may be the
+// first half of a CRLF split across reads.
+func keepTrailingCR(buf []byte, off int) int {
+	if n := len(buf); n > off && buf[n-1] == '\r' {
+		return n - 1
+	}
+	return len(buf)
+}
+
+// checkInputCap closes a connection that keeps sending while it cannot be
+// served (parked or throttled): gnet would otherwise buffer without bound.
+func (s *Server) checkInputCap(c *conn) gnet.Action {
+	if n := c.gc.InboundBuffered(); n > s.inCap {
+		s.log.Warn().Str("remote", addr(c.gc)).Int("buffered", n).Msg("closing connection: too much input while its reserve waits or its replies back up")
+		return gnet.Close
+	}
+	return gnet.None
+}
+
+// readBody copies as much of the put body as buf holds. The body grows as
+// data arrives rather than being allocated whole from the header, so a
+// client announcing 1 GiB cannot make us commit it up front.
+func (c *conn) readBody(buf []byte) int {
+	need := int(c.put.bytes) + 2
+	have := len(c.body)
+	n := min(len(buf), need-have)
+	if have+n > cap(c.body) {
+		nb := make([]byte, have, min(need, max(2*cap(c.body), have+n)))
+		copy(nb, c.body)
+		c.body = nb
+	}
+	c.body = append(c.body, buf[:n]...)
+	return n
+}

@@ -1,0 +1,134 @@
+// Package loop is beanpole's network layer: gnet v2 event loops (one per
+// core) that decode pipelined commands straight out of gnet's inbound
+// buffer, hand them to the engine and batch the replies.
+//
+// beanpole owns the accept path (net.Listener + gnet Client.EnrollContext)
+// instead of letting gnet accept, because an accept error such as EMFILE
+// shuts a whole gnet engine down; owning it also serves unix sockets and
+// systemd-inherited listeners the same way.
+package loop
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/beanpole/beanpole/codec"
+	"github.com/beanpole/beanpole/engine"
+	"github.com/panjf2000/gnet/v2"
+	"github.com/rs/zerolog"
+)
+
+// Config is what the network layer needs to know.
+type Config struct {
+	Loops      int    // event loops; 0 = one per CPU
+	MaxJobSize uint32 // -z
+	Version    string // reported in stats
+	Verbosity  int    // -V count
+	Log        zerolog.Logger
+	// Output flow control: past HighWater bytes of unsent replies a
+	// connection's further input waits; past HardCap it is closed.
+	HighWater, HardCap int
+}
+
+// Server runs the event loops and the accept goroutines.
+type Server struct {
+	cfg   Config
+	eng   *engine.Engine
+	cli   *gnet.Client
+	log   zerolog.Logger
+	info  serverInfo
+	inCap int // input a parked or throttled connection may buffer
+
+	mu        sync.Mutex
+	loops     map[gnet.EventLoop]*loopState
+	listeners []net.Listener
+	stopping  atomic.Bool
+	acceptWG  sync.WaitGroup
+
+	throttled throttleSet
+
+	// Binlog, when set, fills the binlog-* fields of `stats`.
+	Binlog BinlogStats
+}
+
+// loopState is owned by one event loop goroutine.
+type loopState struct {
+	shard int // engine counter shard (1-based)
+	out   output
+	tubes [][]byte // scratch for list-tubes
+	yaml  []byte
+	// cmd counts commands for `stats`; atomics only so `stats` on another
+	// loop may read them: this cache line is written by this loop alone.
+	cmd [codec.NumOps]atomic.Uint64
+	_   [64]byte
+}
+
+// New builds a server around an engine.
+func New(cfg Config, eng *engine.Engine) (*Server, error) {
+	if cfg.HighWater == 0 {
+		cfg.HighWater = 1 << 20
+	}
+	if cfg.HardCap == 0 {
+		cfg.HardCap = 64<<20 + 2*int(cfg.MaxJobSize)
+	}
+	s := &Server{cfg: cfg, eng: eng, log: cfg.Log, loops: make(map[gnet.EventLoop]*loopState)}
+	s.inCap = max(4<<20, 2*(int(cfg.MaxJobSize)+256))
+	s.info = newServerInfo(cfg.Version)
+	cli, err := gnet.NewClient(&handler{s: s},
+		gnet.WithNumEventLoop(cfg.Loops),
+		gnet.WithLoadBalancing(gnet.LeastConnections),
+		gnet.WithReadBufferCap(256<<10),
+		gnet.WithLogger(gnetLogger{cfg.Log.With().Str("component", "gnet").Logger()}),
+	)
+	if err != nil {
+		return nil, err
+	}
+	s.cli = cli
+	return s, nil
+}
+
+// Start starts the event loops; Serve then feeds them connections.
+func (s *Server) Start() error {
+	if err := s.cli.Start(); err != nil {
+		return err
+	}
+	go s.throttled.sweep(&s.stopping)
+	return nil
+}
+
+// loopFor returns the state of an event loop, creating it on first use.
+func (s *Server) loopFor(el gnet.EventLoop) *loopState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ls := s.loops[el]
+	if ls == nil {
+		ls = &loopState{shard: len(s.loops) + 1}
+		ls.out.buf = make([]byte, 0, 64<<10)
+		s.loops[el] = ls
+	}
+	return ls
+}
+
+// Stop stops accepting, then stops the event loops (pending replies get a
+// best-effort flush) and waits for the accept goroutines.
+func (s *Server) Stop(ctx context.Context) {
+	if s.stopping.Swap(true) {
+		return
+	}
+	s.mu.Lock()
+	for _, ln := range s.listeners {
+		_ = ln.Close()
+	}
+	s.mu.Unlock()
+	s.acceptWG.Wait()
+	done := make(chan struct{})
+	go func() { _ = s.cli.Stop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+	}
+}
