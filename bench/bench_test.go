@@ -1,0 +1,399 @@
+package main
+
+import (
+	"math"
+	"math/rand"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHistQuantiles(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	for _, gen := range []func() int64{
+		func() int64 { return rng.Int63n(100) },                                 // exact buckets
+		func() int64 { return 20_000 + rng.Int63n(5_000) },                      // narrow
+		func() int64 { return int64(math.Exp(rng.NormFloat64()*1.5) * 50_000) }, // long tail
+	} {
+		var h Hist
+		xs := make([]int64, 20000)
+		for i := range xs {
+			xs[i] = gen()
+			h.Record(xs[i])
+		}
+		if h.Count() != uint64(len(xs)) {
+			t.Fatalf("count %d", h.Count())
+		}
+		for _, q := range []float64{0.001, 0.5, 0.9, 0.99, 0.999, 1} {
+			got, want := h.Quantile(q), exactQuantile(xs, q)
+			if math.Abs(got-want) > 0.01*want+1 {
+				t.Errorf("q%.3f: got %.1f want %.1f", q, got, want)
+			}
+		}
+	}
+}
+
+func TestHistEdges(t *testing.T) {
+	var h Hist
+	if h.Quantile(0.5) != 0 || h.Mean() != 0 {
+		t.Fatal("empty histogram")
+	}
+	h.Record(-5) // clamped to 0
+	h.Record(math.MaxInt64)
+	if h.Quantile(1) != float64(math.MaxInt64) || h.Quantile(0.5) != 0 {
+		t.Fatalf("extremes: %v %v", h.Quantile(0.5), h.Quantile(1))
+	}
+	var a, b Hist
+	for i := int64(1); i <= 100; i++ {
+		a.Record(i * 1000)
+		b.Record(i * 1000)
+	}
+	a.Merge(&b)
+	if a.Count() != 200 || math.Abs(a.Quantile(0.5)-50_000) > 500 {
+		t.Fatalf("merge: n=%d p50=%v", a.Count(), a.Quantile(0.5))
+	}
+	for i := 0; i < histBuckets; i++ { // buckets are contiguous
+		lo, hi := histBounds(i)
+		if i+1 < histBuckets {
+			nlo, _ := histBounds(i + 1)
+			if nlo != hi {
+				t.Fatalf("bucket %d: hi %v next lo %v", i, hi, nlo)
+			}
+		}
+		if lo < 1e18 && histIndex(int64(lo)) != i {
+			t.Fatalf("bucket %d: index(lo=%v) = %d", i, lo, histIndex(int64(lo)))
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{
+		{[]float64{3, 1, 2}, 2},
+		{[]float64{4, 1, 3, 2}, 2.5},
+		{[]float64{math.NaN(), 7}, 7},
+		{[]float64{5}, 5},
+	} {
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+	if !math.IsNaN(median(nil)) {
+		t.Error("median(nil) should be NaN")
+	}
+}
+
+func TestParseReply(t *testing.T) {
+	var r Reply
+	for _, c := range []struct {
+		in   string
+		kind Kind
+		id   uint64
+		n    uint64
+		body string
+		used int
+	}{
+		{"INSERTED 42\r\n", KInserted, 42, 0, "", 13},
+		{"INSERTED 42\r\nDELETED\r\n", KInserted, 42, 0, "", 13},
+		{"BURIED 7\r\n", KBuriedID, 7, 0, "", 10},
+		{"BURIED\r\n", KBuried, 0, 0, "", 8},
+		{"DELETED\r\n", KDeleted, 0, 0, "", 9},
+		{"RESERVED 5 3\r\nabc\r\n", KReserved, 5, 3, "abc", 19},
+		{"RESERVED 5 4\r\na\r\nb\r\n", KReserved, 5, 4, "a\r\nb", 20},
+		{"RESERVED 9 0\r\n\r\n", KReserved, 9, 0, "", 16},
+		{"FOUND 1 1\r\nx\r\n", KFound, 1, 1, "x", 14},
+		{"OK 4\r\n---\n\r\n", KOK, 0, 4, "---\n", 12},
+		{"WATCHING 3\r\n", KWatching, 0, 3, "", 12},
+		{"USING foo\r\n", KUsing, 0, 0, "", 11},
+		{"TIMED_OUT\r\n", KTimedOut, 0, 0, "", 11},
+		{"DEADLINE_SOON\r\n", KDeadlineSoon, 0, 0, "", 15},
+		{"KICKED 2\r\n", KKicked, 0, 2, "", 10},
+		{"BAD_FORMAT\r\n", KBadFormat, 0, 0, "", 12},
+		{"UNKNOWN_COMMAND\r\n", KUnknownCommand, 0, 0, "", 17},
+		{"JOB_TOO_BIG\r\n", KJobTooBig, 0, 0, "", 13},
+	} {
+		used, need, err := ParseReply([]byte(c.in), &r)
+		if err != nil || need != 0 {
+			t.Errorf("%q: err %v need %d", c.in, err, need)
+			continue
+		}
+		if used != c.used || r.Kind != c.kind || r.ID != c.id || r.N != c.n || string(r.Body) != c.body {
+			t.Errorf("%q: used %d kind %v id %d n %d body %q", c.in, used, r.Kind, r.ID, r.N, r.Body)
+		}
+	}
+	if ParseReply([]byte("USING foo\r\n"), &r); string(r.Name) != "foo" {
+		t.Errorf("USING name %q", r.Name)
+	}
+}
+
+func TestParseReplyPartial(t *testing.T) {
+	var r Reply
+	full := "RESERVED 12 10\r\n0123456789\r\n"
+	for i := 0; i < len(full); i++ {
+		used, need, err := ParseReply([]byte(full[:i]), &r)
+		if err != nil || used != 0 {
+			t.Fatalf("prefix %d: used %d err %v", i, used, err)
+		}
+		if i >= 16 && need != len(full) {
+			t.Fatalf("prefix %d: need %d, want %d", i, need, len(full))
+		}
+		if i < 16 && need <= i {
+			t.Fatalf("prefix %d: need %d", i, need)
+		}
+	}
+	if used, _, err := ParseReply([]byte(full), &r); err != nil || used != len(full) {
+		t.Fatalf("full: %d %v", used, err)
+	}
+}
+
+func TestParseReplyErrors(t *testing.T) {
+	var r Reply
+	for _, in := range []string{
+		"INSERTED\r\n",
+		"INSERTED x\r\n",
+		"INSERTED -1\r\n",
+		"INSERTED 1 2\r\n",
+		"INSERTED 99999999999999999999999\r\n",
+		"RESERVED 1\r\n",
+		"RESERVED 1 3\r\nabcXY",
+		"HELLO\r\n",
+		"DELETED 5\r\n",
+		"DELETED\n",
+		"USING \r\n",
+		"OK 99999999999\r\n",
+		strings.Repeat("A", 300),
+	} {
+		if _, _, err := ParseReply([]byte(in), &r); err == nil {
+			t.Errorf("%q: no error", in)
+		}
+	}
+}
+
+func TestParseStats(t *testing.T) {
+	m, err := ParseStats([]byte("---\ncurrent-jobs-ready: 0\nversion: \"1.12\"\nhostname: h\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["current-jobs-ready"] != "0" || m["version"] != "1.12" || m["hostname"] != "h" {
+		t.Fatalf("%v", m)
+	}
+	if n, err := statInt(m, "current-jobs-ready"); err != nil || n != 0 {
+		t.Fatal(n, err)
+	}
+	if _, err := statInt(m, "missing"); err == nil {
+		t.Fatal("missing key accepted")
+	}
+	if _, err := ParseStats([]byte("nope")); err == nil {
+		t.Fatal("bad body accepted")
+	}
+}
+
+func TestCommands(t *testing.T) {
+	if got := string(appendPut(nil, 1024, 0, 120, 64)); got != "put 1024 0 120 64\r\n" {
+		t.Error(got)
+	}
+	if got := string(appendIDCmd(nil, "delete", 17)); got != "delete 17\r\n" {
+		t.Error(got)
+	}
+}
+
+func TestLedger(t *testing.T) {
+	l := NewLedger(40)
+	s0, s1 := l.New(0, 0), l.New(0, 0)
+	body := func(seq int) []byte { return append(l.AppendHead(nil, seq), l.Filler(seq)...) }
+	if len(body(s1)) != 40 {
+		t.Fatalf("body length %d", len(body(s1)))
+	}
+	// a job may be delivered before its INSERTED is processed
+	if seq, err := l.Reserved(7, body(s1)); err != nil || seq != s1 {
+		t.Fatal(seq, err)
+	}
+	if err := l.Inserted(s1, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Inserted(s0, 7); err == nil {
+		t.Fatal("duplicate id accepted")
+	}
+	if err := l.Inserted(s0, 6); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Reserved(7, body(s1)); err == nil {
+		t.Fatal("second delivery accepted")
+	}
+	bad := body(s0)
+	bad[30] ^= 1
+	if _, err := l.Reserved(6, bad); err == nil {
+		t.Fatal("corrupt body accepted")
+	}
+	if _, err := l.Reserved(6, body(s0)[:39]); err == nil {
+		t.Fatal("short body accepted")
+	}
+	if _, err := l.Reserved(8, body(s0)); err == nil {
+		t.Fatal("wrong id accepted")
+	}
+	if err := l.CheckAllDone(); err == nil {
+		t.Fatal("incomplete ledger passed")
+	}
+	if left, err := l.CheckConsistent(); err == nil {
+		t.Fatalf("reserved-but-not-deleted passed (left %d)", left)
+	}
+	if err := l.Deleted(s1); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := l.CheckConsistent(); err != nil || left != 1 {
+		t.Fatal(left, err)
+	}
+	if _, err := l.Reserved(6, body(s0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Deleted(s0); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.CheckAllDone(); err != nil {
+		t.Fatal(err)
+	}
+	var ids idSet
+	if !ids.Add(1<<40) || ids.Add(1<<40) || !ids.Add(3) || ids.Add(3) {
+		t.Fatal("idSet")
+	}
+}
+
+func TestFormatTable(t *testing.T) {
+	got := formatTable([]string{"name", "µs"}, [][]string{{"a", "1"}, {"long name", "1234"}}, []bool{false, true})
+	want := "" +
+		"name         µs\n" +
+		"---------------\n" +
+		"a             1\n" +
+		"long name  1234\n"
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestFmtNum(t *testing.T) {
+	for x, want := range map[float64]string{
+		0: "0", 1.234: "1.23", 12.34: "12.3", 123.4: "123", 12345: "12.3k", 123456: "123k",
+		1234567: "1.23M", 2.5e9: "2.50G", math.NaN(): "-",
+	} {
+		if got := fmtNum(x); got != want {
+			t.Errorf("fmtNum(%v) = %q, want %q", x, got, want)
+		}
+	}
+	if fmtRatio(ratio(3, 2)) != "1.50x" || fmtRatio(ratio(1, 0)) != "n/a" || fmtRatio(ratio(math.NaN(), 1)) != "n/a" {
+		t.Error("ratio")
+	}
+}
+
+func TestTableRows(t *testing.T) {
+	v := &Variant{Name: "x", Rows: []RowDef{{Title: "x", Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true}}}
+	res := []*VarResult{{V: v, Res: [2]*CtResult{
+		{Median: Metrics{"rate": 2000, "p50": 10, "p99": 20, "p999": 30, "cpu": 95, "srvus": 5}},
+		{NA: "no binlog"},
+	}}}
+	_, rows, _ := tableRows(res)
+	r := rows[0]
+	if r[2] != "2000" || r[3] != "n/a" || r[4] != "n/a" || r[5] != "10.0 / -" || !strings.HasSuffix(r[8], "*") {
+		t.Fatalf("%q", r)
+	}
+	res[0].Res[1] = &CtResult{Median: Metrics{"rate": 1000}}
+	_, rows, _ = tableRows(res)
+	if rows[0][4] != "2.00x" {
+		t.Fatalf("%q", rows[0])
+	}
+}
+
+func TestNiceStep(t *testing.T) {
+	for x, want := range map[float64]float64{0.7: 1, 3: 5, 12: 20, 4000: 5000, 100: 100} {
+		if got := niceStep(x); math.Abs(got-want) > 1e-9 {
+			t.Errorf("niceStep(%v) = %v, want %v", x, got, want)
+		}
+	}
+}
+
+func TestTickLabel(t *testing.T) {
+	for x, want := range map[float64]string{0: "0", 2.5: "2.5", 5000: "5000", 12500: "12.5k", 25000: "25k", 1.5e6: "1.5M", 19698: "19.7k"} {
+		if got := tickLabel(x); got != want {
+			t.Errorf("tickLabel(%v) = %q, want %q", x, got, want)
+		}
+	}
+}
+
+func TestSelectVariants(t *testing.T) {
+	o := &Options{Size: 64, Conns: []int{1, 10}, PipeConns: []int{1}, PipeWindow: 64, Tubes: []int{1, 1000},
+		Idle: []int{1000}, Fanout: []int{1000}, Large: []int{65536}, Fsync: []int{50, 0}, Duration: time.Second}
+	vs := buildVariants(o)
+	got, err := selectVariants(vs, "1,binlog,tubes-1000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, v := range got {
+		names = append(names, v.Name)
+	}
+	if strings.Join(names, " ") != "roundtrip-c1 roundtrip-c10 tubes-1000 binlog-f50 binlog-f0" {
+		t.Fatal(names)
+	}
+	if _, err := selectVariants(vs, "nosuch"); err == nil {
+		t.Fatal("unknown scenario accepted")
+	}
+	if got, _ := selectVariants(vs, ""); len(got) != len(vs) {
+		t.Fatal("empty -only should keep all")
+	}
+}
+
+// pendingBytes concatenates a connection's unsent output.
+func pendingBytes(c *Conn) []byte {
+	var b []byte
+	for _, s := range c.segs {
+		if s.ref != nil {
+			b = append(b, s.ref...)
+		} else {
+			b = append(b, c.arena[s.a0:s.a1]...)
+		}
+	}
+	return b
+}
+
+func TestOutputQueue(t *testing.T) {
+	l := &Loop{}
+	c := &Conn{l: l}
+	var want []byte
+	ref := []byte(strings.Repeat("R", 5000))
+	rng := rand.New(rand.NewSource(2))
+	for round := 0; round < 200; round++ {
+		for k := rng.Intn(4); k >= 0; k-- {
+			switch rng.Intn(3) {
+			case 0:
+				s := strings.Repeat("w", 1+rng.Intn(3000))
+				c.Write([]byte(s))
+				want = append(want, s...)
+			case 1:
+				c.WriteString("put 1 0 1 5\r\n")
+				want = append(want, "put 1 0 1 5\r\n"...)
+			case 2:
+				c.WriteRef(ref)
+				want = append(want, ref...)
+			}
+		}
+		if c.nOut != len(want) || l.pending != 1 {
+			t.Fatalf("round %d: nOut %d want %d pending %d", round, c.nOut, len(want), l.pending)
+		}
+		n := rng.Intn(len(want) + 1)
+		if round%10 == 9 {
+			n = len(want)
+		}
+		c.advance(n)
+		want = want[n:]
+		if got := pendingBytes(c); string(got) != string(want) {
+			t.Fatalf("round %d: queue holds %d bytes, want %d", round, len(got), len(want))
+		}
+		if len(want) == 0 && (l.pending != 0 || len(c.arena) != 0) {
+			t.Fatalf("round %d: not reset", round)
+		}
+		if len(c.arena) > 1<<20 {
+			t.Fatalf("arena grew to %d", len(c.arena))
+		}
+	}
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options are the knobs shared by all scenarios (see flags in main.go).
+type Options struct {
+	Duration   time.Duration
+	Warmup     time.Duration
+	Drain      time.Duration // how long a run may take to settle after its window
+	Size       int
+	Conns      []int
+	PipeWindow int
+	PipeConns  []int
+	PipeMax    int
+	Producers  int
+	Consumers  int
+	PubTubes   int
+	ProdWindow int
+	Backlog    int
+	Tubes      []int
+	TubeCons   int
+	TubeProds  int
+	Idle       []int
+	Fanout     []int
+	Large      []int
+	LargeConns int
+	BinConns   int
+	Fsync      []int
+	NoFile     uint64
+	PinServer  int // -1: no pinning
+}
+
+// Metrics are the named figures of one run (see meter.fill for the keys).
+type Metrics map[string]float64
+
+// RowDef is one line of the report table.
+type RowDef struct {
+	Key     string // metric key prefix
+	Title   string
+	Metric  string // primary metric key (without prefix)
+	Unit    string
+	Higher  bool // higher is better
+	Lat     bool // has <key>p50/p99/p999 (µs)
+	LatWhat string
+	NoCPU   bool // the CPU columns do not apply
+	Conns   int  // x value for charts (0: none)
+}
+
+// Variant is one concrete configuration of a scenario: one server start
+// per contender and repetition.
+type Variant struct {
+	Name    string
+	Group   string
+	Num     int
+	Desc    string
+	Rows    []RowDef
+	Flags   func(dir string) []string
+	NeedDir bool
+	MayNA   bool
+	Run     func(rc *RunCtx) (Metrics, error)
+}
+
+// RunCtx is what a scenario run gets.
+type RunCtx struct {
+	Srv *Server
+	Opt *Options
+	L   *Loop
+}
+
+var groups = []string{"roundtrip", "pipeline", "pubsub", "tubes", "idle", "fanout", "large", "binlog"}
+
+// buildVariants expands the options into the full scenario list.
+func buildVariants(o *Options) []*Variant {
+	var vs []*Variant
+	noFlags := func(string) []string { return nil }
+	for _, c := range o.Conns {
+		vs = append(vs, &Variant{
+			Name: fmt.Sprintf("roundtrip-c%d", c), Group: "roundtrip", Num: 1,
+			Desc:  fmt.Sprintf("put/reserve/delete round trips, one command in flight, %d connections, %d-byte bodies", c, o.Size),
+			Rows:  []RowDef{{Title: fmt.Sprintf("roundtrip c=%d", c), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command", Conns: c}},
+			Flags: noFlags,
+			Run:   func(rc *RunCtx) (Metrics, error) { return runRoundTrip(rc, c, o.Size, "") },
+		})
+	}
+	for _, c := range o.PipeConns {
+		vs = append(vs, &Variant{
+			Name: fmt.Sprintf("pipeline-c%d", c), Group: "pipeline", Num: 2,
+			Desc: fmt.Sprintf("pipelined puts (window %d) on %d connections, then pipelined reserve+delete of those jobs", o.PipeWindow, c),
+			Rows: []RowDef{
+				{Key: "put.", Title: fmt.Sprintf("pipelined put w=%d c=%d", o.PipeWindow, c), Metric: "rate", Unit: "puts/s", Higher: true, Lat: true, LatWhat: "per put"},
+				{Key: "drain.", Title: fmt.Sprintf("pipelined rsv+del w=%d c=%d", o.PipeWindow, c), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command"},
+			},
+			Flags: noFlags,
+			Run:   func(rc *RunCtx) (Metrics, error) { return runPipeline(rc, c) },
+		})
+	}
+	vs = append(vs, &Variant{
+		Name: "pubsub", Group: "pubsub", Num: 3,
+		Desc:  fmt.Sprintf("%d producers (window %d) and %d consumers on %d shared tubes; end-to-end jobs/s and put-to-reserve latency", o.Producers, o.ProdWindow, o.Consumers, o.PubTubes),
+		Rows:  []RowDef{{Title: fmt.Sprintf("pub/sub %dp/%dc/%dt", o.Producers, o.Consumers, o.PubTubes), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "put→reserved"}},
+		Flags: noFlags,
+		Run: func(rc *RunCtx) (Metrics, error) {
+			return runPubSub(rc, pubsubCfg{producers: o.Producers, consumers: o.Consumers, tubes: o.PubTubes, perPutUse: false, watchAll: true})
+		},
+	})
+	for _, t := range o.Tubes {
+		cons := o.TubeCons
+		if need := (t + 9) / 10; cons < need {
+			cons = need
+		}
+		vs = append(vs, &Variant{
+			Name: fmt.Sprintf("tubes-%d", t), Group: "tubes", Num: 4,
+			Desc:  fmt.Sprintf("%d tubes; %d consumers watching 10 tubes each; %d producers doing use+put (window %d)", t, cons, o.TubeProds, o.ProdWindow),
+			Rows:  []RowDef{{Title: fmt.Sprintf("tubes=%d (%dc)", t, cons), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "put→reserved"}},
+			Flags: noFlags,
+			Run: func(rc *RunCtx) (Metrics, error) {
+				return runPubSub(rc, pubsubCfg{producers: o.TubeProds, consumers: cons, tubes: t, perPutUse: true})
+			},
+		})
+	}
+	for _, n := range o.Idle {
+		vs = append(vs, &Variant{
+			Name: fmt.Sprintf("idle-%d", n), Group: "idle", Num: 5,
+			Desc: fmt.Sprintf("%d idle connections (each answered one command): server RSS per connection, time to accept them all, round-trip latency with them open", n),
+			Rows: []RowDef{
+				{Key: "", Title: fmt.Sprintf("idle %d: RSS/conn", n), Metric: "rss_per_conn", Unit: "KiB", Lat: true, LatWhat: "1-conn round trip", Conns: n},
+				{Key: "", Title: fmt.Sprintf("idle %d: accept all", n), Metric: "accept_ms", Unit: "ms", NoCPU: true},
+			},
+			Flags: noFlags,
+			Run:   func(rc *RunCtx) (Metrics, error) { return runIdle(rc, n) },
+		})
+	}
+	for _, n := range o.Fanout {
+		vs = append(vs, &Variant{
+			Name: fmt.Sprintf("fanout-%d", n), Group: "fanout", Num: 6,
+			Desc:  fmt.Sprintf("%d connections blocked in reserve, then %d pipelined puts: time until every job is delivered exactly once", n, n),
+			Rows:  []RowDef{{Title: fmt.Sprintf("fan-out %d", n), Metric: "fanout_ms", Unit: "ms", Lat: true, LatWhat: "delivery after 1st put"}},
+			Flags: noFlags,
+			Run:   func(rc *RunCtx) (Metrics, error) { return runFanout(rc, n) },
+		})
+	}
+	for _, sz := range o.Large {
+		vs = append(vs, &Variant{
+			Name: "large-" + sizeName(sz), Group: "large", Num: 7,
+			Desc:  fmt.Sprintf("%s bodies (-z %d), put/reserve/delete round trips on %d connections; MB/s of job payload", sizeName(sz), sz, o.LargeConns),
+			Rows:  []RowDef{{Title: fmt.Sprintf("large %s c=%d", sizeName(sz), o.LargeConns), Metric: "mbps", Unit: "MB/s", Higher: true, Lat: true, LatWhat: "per command"}},
+			Flags: func(string) []string { return []string{"-z", strconv.Itoa(sz)} },
+			Run:   func(rc *RunCtx) (Metrics, error) { return runRoundTrip(rc, o.LargeConns, sz, "") },
+		})
+	}
+	for _, f := range o.Fsync {
+		vs = append(vs, &Variant{
+			Name: fmt.Sprintf("binlog-f%d", f), Group: "binlog", Num: 8,
+			Desc:    fmt.Sprintf("-b <fresh temp dir> -f %d, put/reserve/delete round trips on %d connections", f, o.BinConns),
+			Rows:    []RowDef{{Title: fmt.Sprintf("binlog -f %d c=%d", f, o.BinConns), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command"}},
+			Flags:   func(dir string) []string { return []string{"-b", dir, "-f", strconv.Itoa(f)} },
+			NeedDir: true, MayNA: true,
+			Run: func(rc *RunCtx) (Metrics, error) { return runRoundTrip(rc, o.BinConns, o.Size, "") },
+		})
+	}
+	return vs
+}
+
+// selectVariants keeps the variants named by only (comma list of group
+// names, scenario numbers 1-8 or variant names); empty keeps all.
+func selectVariants(vs []*Variant, only string) ([]*Variant, error) {
+	only = strings.TrimSpace(only)
+	if only == "" {
+		return vs, nil
+	}
+	var out []*Variant
+	used := map[string]bool{}
+	for _, v := range vs {
+		for _, w := range strings.Split(only, ",") {
+			w = strings.TrimSpace(w)
+			if w == v.Group || w == v.Name || w == strconv.Itoa(v.Num) {
+				out = append(out, v)
+				used[w] = true
+				break
+			}
+		}
+	}
+	for _, w := range strings.Split(only, ",") {
+		w = strings.TrimSpace(w)
+		if w != "" && !used[w] {
+			return nil, fmt.Errorf("-only: %q matches no scenario (groups: %s)", w, strings.Join(groups, ","))
+		}
+	}
+	return out, nil
+}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}

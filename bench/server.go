@@ -1,0 +1,364 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Contender is one server binary under test.
+type Contender struct {
+	Name string // "beanpole" or "beanstalkd"
+	Path string
+}
+
+// Server is a running server process started by the benchmark.
+type Server struct {
+	Name   string
+	Port   int
+	Pid    int
+	Args   []string
+	NoFile uint64 // soft RLIMIT_NOFILE of the running process
+
+	cmd     *exec.Cmd
+	stderr  *tailBuf
+	done    chan struct{}
+	waitErr error
+	stopped bool
+}
+
+// errNoStart marks a server that exited or never listened; scenarios that
+// may legitimately be unsupported (binlog) report it as n/a.
+var errNoStart = errors.New("server did not start")
+
+var (
+	procMu   sync.Mutex
+	procs    = map[*Server]bool{}
+	tempDirs = map[string]bool{}
+)
+
+// registerTemp remembers a directory to remove at exit.
+func registerTemp(dir string) {
+	procMu.Lock()
+	tempDirs[dir] = true
+	procMu.Unlock()
+}
+
+func removeTemp(dir string) {
+	os.RemoveAll(dir)
+	procMu.Lock()
+	delete(tempDirs, dir)
+	procMu.Unlock()
+}
+
+// cleanupAll kills every server still running and removes temp dirs. It is
+// safe to call from a signal handler goroutine and more than once.
+func cleanupAll() {
+	procMu.Lock()
+	defer procMu.Unlock()
+	for s := range procs {
+		s.kill()
+	}
+	for d := range tempDirs {
+		os.RemoveAll(d)
+	}
+	tempDirs = map[string]bool{}
+}
+
+// usedPorts are the server ports handed out by this process: a new server
+// never gets a port whose old connections may still linger in TIME_WAIT.
+var usedPorts = map[int]bool{}
+
+func reservedPort(p int) bool {
+	procMu.Lock()
+	defer procMu.Unlock()
+	return usedPorts[p]
+}
+
+// freePort asks the kernel for an unused loopback port.
+func freePort() (int, error) {
+	for i := 0; ; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		procMu.Lock()
+		fresh := !usedPorts[p]
+		usedPorts[p] = true
+		procMu.Unlock()
+		if fresh || i > 100 {
+			return p, nil
+		}
+	}
+}
+
+// StartServer starts ct on a free loopback port with extra flags and waits
+// until it accepts connections.
+func StartServer(ct Contender, extra []string, pinCPU int, nofile uint64) (*Server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"-l", "127.0.0.1", "-p", strconv.Itoa(port)}, extra...)
+	name, argv := ct.Path, args
+	if pinCPU >= 0 && tasksetPath != "" {
+		name = tasksetPath
+		argv = append([]string{"-c", strconv.Itoa(pinCPU), ct.Path}, args...)
+	}
+	cmd := exec.Command(name, argv...)
+	tb := &tailBuf{max: 8192}
+	cmd.Stdout = tb
+	cmd.Stderr = tb
+	cmd.Env = os.Environ()
+	// Own process group (a terminal ^C reaches only us; we kill the server),
+	// and SIGKILL if we die. The main goroutine is locked to the main
+	// thread, which lives as long as the process, so Pdeathsig is reliable.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	s := &Server{Name: ct.Name, Port: port, Args: args, cmd: cmd, stderr: tb, done: make(chan struct{})}
+	procMu.Lock()
+	err = cmd.Start()
+	if err == nil {
+		procs[s] = true
+	}
+	procMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("%s: start %s: %w", ct.Name, ct.Path, err)
+	}
+	s.Pid = cmd.Process.Pid
+	go func() {
+		s.waitErr = cmd.Wait()
+		close(s.done)
+	}()
+	// Belt and braces: the child inherits our raised limit, but set it
+	// explicitly too (C beanstalkd never raises it itself).
+	if nofile > 0 {
+		lim := unix.Rlimit{Cur: nofile, Max: nofile}
+		_ = unix.Prlimit(s.Pid, unix.RLIMIT_NOFILE, &lim, nil)
+	}
+	if pinCPU >= 0 && tasksetPath == "" {
+		pinPid(s.Pid, pinCPU)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case <-s.done:
+			s.Stop()
+			return nil, fmt.Errorf("%w: %s %s exited (%v): %s", errNoStart, ct.Name, strings.Join(args, " "), s.waitErr, s.stderr.String())
+		default:
+		}
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			return nil, fmt.Errorf("%w: %s did not listen on 127.0.0.1:%d within 10s: %s", errNoStart, ct.Name, port, s.stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.NoFile = readNofile(s.Pid)
+	return s, nil
+}
+
+// kill sends SIGKILL to the server's process group; procMu must be held.
+func (s *Server) kill() {
+	if s.stopped {
+		return
+	}
+	s.stopped = true
+	_ = syscall.Kill(-s.Pid, syscall.SIGKILL)
+	_ = s.cmd.Process.Kill()
+}
+
+// Stop kills the server and waits for it.
+func (s *Server) Stop() {
+	procMu.Lock()
+	s.kill()
+	delete(procs, s)
+	procMu.Unlock()
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// Alive reports whether the process is still running.
+func (s *Server) Alive() bool {
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Died returns an error if the server exited on its own.
+func (s *Server) Died() error {
+	if s.Alive() {
+		return nil
+	}
+	return fmt.Errorf("%s exited during the run (%v): %s", s.Name, s.waitErr, s.stderr.String())
+}
+
+// RSS returns the resident set size in bytes (VmRSS).
+func (s *Server) RSS() (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(s.Pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, ln := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(ln, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) >= 1 {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				return kb * 1024, err
+			}
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+// CPU returns the server's consumed user+system CPU seconds.
+func (s *Server) CPU() float64 {
+	return procCPU(s.Pid)
+}
+
+// procCPU returns the CPU seconds a process has used: the sum of its
+// threads' on-CPU nanoseconds from /proc/PID/task/*/schedstat (precise even
+// over a few milliseconds), or utime+stime from /proc/PID/stat (10 ms ticks,
+// includes exited threads) when schedstat is unavailable.
+func procCPU(pid int) float64 {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	if ents, err := os.ReadDir(dir); err == nil {
+		var ns uint64
+		ok := true
+		for _, e := range ents {
+			b, err := os.ReadFile(dir + e.Name() + "/schedstat")
+			if err != nil {
+				continue // thread exited meanwhile
+			}
+			f := strings.Fields(string(b))
+			if len(f) < 1 {
+				ok = false
+				break
+			}
+			v, err := strconv.ParseUint(f[0], 10, 64)
+			if err != nil {
+				ok = false
+				break
+			}
+			ns += v
+		}
+		if ok && ns > 0 {
+			return float64(ns) / 1e9
+		}
+	}
+	return procStatCPU(pid)
+}
+
+// procStatCPU reads utime+stime of a process from /proc/PID/stat.
+func procStatCPU(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / clkTck
+}
+
+// clkTck is USER_HZ, 100 on every Linux architecture Go supports.
+const clkTck = 100
+
+func readNofile(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/limits")
+	if err != nil {
+		return 0
+	}
+	for _, ln := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(ln, "Max open files") {
+			f := strings.Fields(ln[len("Max open files"):])
+			if len(f) >= 1 {
+				v, _ := strconv.ParseUint(f[0], 10, 64)
+				return v
+			}
+		}
+	}
+	return 0
+}
+
+// tailBuf keeps the last max bytes written to it.
+type tailBuf struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuf) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append([]byte(nil), t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuf) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := strings.TrimSpace(string(t.b))
+	if s == "" {
+		return "(no output)"
+	}
+	return s
+}
+
+// serverVersion runs "path -v" and returns its first line.
+func serverVersion(path string) string {
+	cmd := exec.Command(path, "-v")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	if err := cmd.Start(); err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+	s := strings.TrimSpace(out.String())
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if s == "" {
+		s = "unknown"
+	}
+	return s
+}
