@@ -19,11 +19,16 @@ var crlf = []byte("\r\n")
 // output backs up, or at quit.
 func (s *Server) process(c *conn) gnet.Action {
 	gc := c.gc
+	// The loop's reply batch must be empty whenever we leave: it is shared
+	// by every connection of the loop, and a wakeup may have queued a reply
+	// for c before calling us.
 	if c.parked {
+		s.flush(c, 0)
 		return s.checkInputCap(c)
 	}
 	if c.throttled {
 		if gc.OutboundBuffered() > s.cfg.HighWater/2 {
+			s.flush(c, 0)
 			return s.checkInputCap(c)
 		}
 		c.throttled = false

@@ -77,6 +77,7 @@ func New(cfg Config, eng *engine.Engine) (*Server, error) {
 	s := &Server{cfg: cfg, eng: eng, log: cfg.Log, loops: make(map[gnet.EventLoop]*loopState)}
 	s.inCap = max(4<<20, 2*(int(cfg.MaxJobSize)+256))
 	s.info = newServerInfo(cfg.Version)
+	s.throttled.init()
 	cli, err := gnet.NewClient(&handler{s: s},
 		gnet.WithNumEventLoop(cfg.Loops),
 		gnet.WithLoadBalancing(gnet.LeastConnections),

@@ -1,0 +1,102 @@
+package loop
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/beanpole/beanpole/engine"
+	"github.com/panjf2000/gnet/v2"
+	"github.com/rs/zerolog"
+)
+
+// fakeConn is the part of gnet.Conn that process() touches, backed by
+// plain buffers, so the benchmark measures parse → engine → reply and
+// nothing of the kernel.
+type fakeConn struct {
+	gnet.Conn
+	in      []byte
+	written int
+}
+
+func (f *fakeConn) Peek(n int) ([]byte, error) { return f.in, nil }
+func (f *fakeConn) Discard(n int) (int, error) { f.in = f.in[n:]; return n, nil }
+func (f *fakeConn) Write(b []byte) (int, error) {
+	f.written += len(b)
+	return len(b), nil
+}
+func (f *fakeConn) Writev(bs [][]byte) (int, error) {
+	n := 0
+	for _, b := range bs {
+		n += len(b)
+	}
+	f.written += n
+	return n, nil
+}
+func (f *fakeConn) OutboundBuffered() int { return 0 }
+func (f *fakeConn) InboundBuffered() int  { return len(f.in) }
+
+func benchServer(b *testing.B) (*Server, *conn, *fakeConn) {
+	eng := engine.New(1)
+	s, err := New(Config{Loops: 1, MaxJobSize: 65535, Log: zerolog.Nop()}, eng)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fc := &fakeConn{}
+	ls := &loopState{shard: 1}
+	ls.out.buf = make([]byte, 0, 64<<10)
+	c := &conn{s: s, gc: fc, ls: ls}
+	c.cl = eng.NewClient(1, c)
+	return s, c, fc
+}
+
+// BenchmarkRoundTrip runs put, reserve and delete of one job through the
+// real command path. The job and its body are the only allocations a
+// round trip needs; everything else must stay allocation-free.
+func BenchmarkRoundTrip(b *testing.B) {
+	s, c, fc := benchServer(b)
+	var scripts [][]byte
+	for i := 1; i <= 1024; i++ {
+		scripts = append(scripts, []byte("put 0 0 60 5\r\nhello\r\nreserve\r\ndelete "+strconv.Itoa(i)+"\r\n"))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%1024 == 0 && i > 0 {
+			b.StopTimer()
+			s, c, fc = benchServer(b)
+			b.StartTimer()
+		}
+		fc.in = scripts[i%1024]
+		s.process(c)
+	}
+}
+
+// BenchmarkReserveDelete is the consumer half alone: no job is created, so
+// it must not allocate at all.
+func BenchmarkReserveRelease(b *testing.B) {
+	s, c, fc := benchServer(b)
+	fc.in = []byte("put 0 0 60 5\r\nhello\r\n")
+	s.process(c)
+	script := []byte("reserve\r\nrelease 1 0 0\r\n")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		fc.in = script
+		s.process(c)
+	}
+}
+
+// BenchmarkPipelinedPuts is 64 pipelined puts in one pass: one write.
+func BenchmarkPipelinedPuts(b *testing.B) {
+	s, c, fc := benchServer(b)
+	var script []byte
+	for range 64 {
+		script = append(script, "put 0 0 60 5\r\nhello\r\n"...)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		fc.in = script
+		s.process(c)
+	}
+}
