@@ -259,11 +259,16 @@ func (c *Client) PeekBuried() *Job {
 // PauseTube stops reserves from a tube for delay; 0 unpauses it and wakes
 // its waiters. It reports false when the tube does not exist.
 func (e *Engine) PauseTube(name []byte, delay time.Duration) bool {
-	t := e.reg.lookup(name)
+	// Hold the registry lock until the tube's own lock is taken, so the
+	// tube cannot be freed in between and the pause lost.
+	e.reg.mu.Lock()
+	t := e.reg.byName[string(name)]
 	if t == nil {
+		e.reg.mu.Unlock()
 		return false
 	}
 	t.mu.Lock()
+	e.reg.mu.Unlock()
 	t.cmdPauseTube++
 	// 0 becomes 1 ns: "unpause now, and let the timer serve the waiters",
 	// upstream's fix for #113.

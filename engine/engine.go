@@ -36,6 +36,9 @@ func New(loops int) *Engine {
 // pauses must not move when the wall clock is stepped.
 func (e *Engine) mono() int64 { return int64(time.Since(e.base)) }
 
+// Shards is the number of loop shards the engine was made for.
+func (e *Engine) Shards() int { return len(e.ctr.shards) - 1 }
+
 // NextID hands out a job id. Ids are global and never reused.
 func (e *Engine) NextID() uint64 { return e.nextID.Add(1) }
 

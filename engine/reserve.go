@@ -22,6 +22,10 @@ func (c *Client) Reserve(timeout time.Duration) (*Job, Outcome) {
 		return j, GotJob
 	}
 	if timeout == 0 {
+		// Upstream's timer answers the margin before the timeout.
+		if holding && now >= margin {
+			return nil, DeadlineSoon
+		}
 		return nil, TimedOut
 	}
 	return c.park(now, timeout, margin)
@@ -44,13 +48,16 @@ func (c *Client) anyReady() bool {
 func (c *Client) take(now int64) *Job {
 	best := c.watch[0]
 	if len(c.watch) > 1 {
-		var top *Job
+		// Compare copies of (pri, id) taken under each tube's lock: a job's
+		// pri may change under its own tube's lock as soon as we let go.
+		var bestPri uint32
+		var bestID uint64
 		best = nil
 		for _, t := range c.watch {
 			t.mu.Lock()
 			if !t.paused(now) {
-				if j := t.ready.Top(); j != nil && (top == nil || byPriority(j, top)) {
-					top, best = j, t
+				if j := t.ready.Top(); j != nil && (best == nil || j.Pri < bestPri || j.Pri == bestPri && j.ID < bestID) {
+					best, bestPri, bestID = t, j.Pri, j.ID
 				}
 			}
 			t.mu.Unlock()
@@ -181,6 +188,12 @@ func (c *Client) onTimer() {
 	case now >= timeout:
 	default:
 		c.timer.Reset(time.Duration(min(margin, timeout) - now))
+		// A new wait may have begun (and set its own, earlier, deadline)
+		// since we loaded the state: evaluate again so our Reset cannot
+		// postpone it.
+		if c.wstate.Load() != st {
+			c.onTimer()
+		}
 		return
 	}
 	if c.claim(st>>stateBits, result) {

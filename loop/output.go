@@ -9,6 +9,10 @@ type output struct {
 	buf  []byte
 	mark int      // start of the part of buf not yet referenced by iov
 	iov  [][]byte // header chunks interleaved with job bodies
+	// bodies is how many body bytes iov references: a batch is written
+	// once it holds a few MiB, so one pass of pipelined peeks of big jobs
+	// cannot make gnet copy gigabytes before the output caps are checked.
+	bodies int
 }
 
 // Bodies up to this size are copied into the batch: a copy is cheaper than
@@ -25,11 +29,14 @@ func (o *output) body(b []byte) {
 	}
 	o.iov = append(o.iov, o.buf[o.mark:], b)
 	o.mark = len(o.buf)
+	o.bodies += len(b)
 }
 
 func (o *output) pending() int { return len(o.buf) + len(o.iov) }
 
-func (o *output) full() bool { return len(o.iov) >= maxIOV || len(o.buf) >= 256<<10 }
+func (o *output) full() bool {
+	return len(o.iov) >= maxIOV || len(o.buf) >= 256<<10 || o.bodies >= 4<<20
+}
 
 // flush writes everything batched so far to c and resets the batch. The
 // bodies are referenced, not copied: gnet copies only what the kernel does
@@ -47,7 +54,7 @@ func (o *output) flush(c gnet.Conn) {
 		clear(o.iov) // do not pin job bodies
 		o.iov = o.iov[:0]
 	}
-	o.mark = 0
+	o.mark, o.bodies = 0, 0
 	if cap(o.buf) > 4<<20 {
 		o.buf = make([]byte, 0, 64<<10)
 	}

@@ -24,6 +24,12 @@ func (s *Server) process(c *conn) gnet.Action {
 	// for c before calling us.
 	if c.parked {
 		s.flush(c, 0)
+		if c.throttled {
+			// Nothing runs until the reserve is answered; that path
+			// re-checks the output, so the sweeper need not poll us.
+			c.throttled = false
+			s.throttled.remove(c)
+		}
 		return s.checkInputCap(c)
 	}
 	if c.throttled {

@@ -11,6 +11,7 @@ package loop
 import (
 	"context"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +69,9 @@ type loopState struct {
 
 // New builds a server around an engine.
 func New(cfg Config, eng *engine.Engine) (*Server, error) {
+	if cfg.Loops <= 0 {
+		cfg.Loops = runtime.GOMAXPROCS(0)
+	}
 	if cfg.HighWater == 0 {
 		cfg.HighWater = 1 << 20
 	}
@@ -106,7 +110,7 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 	defer s.mu.Unlock()
 	ls := s.loops[el]
 	if ls == nil {
-		ls = &loopState{shard: len(s.loops) + 1}
+		ls = &loopState{shard: len(s.loops)%s.eng.Shards() + 1}
 		ls.out.buf = make([]byte, 0, 64<<10)
 		s.loops[el] = ls
 	}
