@@ -380,6 +380,12 @@ func normalise(u string, legacy bool) string {
 				}
 			}
 		}
+		// Elapsed-time fields depend on how fast each server ran the
+		// script on a loaded machine; their exact values are asserted by
+		// the catalogue tests, which control the timing.
+		if k == "age" || k == "time-left" || k == "pause-time-left" {
+			v = "<elapsed>"
+		}
 		if isStats {
 			for _, vk := range statsVolatile {
 				if k == vk {
