@@ -1,0 +1,32 @@
+package persist
+
+import "errors"
+
+var (
+	// ErrLocked: another process (or another Open in this one) holds
+	// DIR/lock. Upstream exits with status 10 ("failed to lock wal dir").
+	ErrLocked = errors.New("failed to lock wal dir")
+
+	// ErrNoSpace: no room could be reserved for the record (disk full,
+	// quota, unwritable directory, out of file descriptors...). The record
+	// was not queued; a put should answer OUT_OF_MEMORY, as upstream does.
+	// Deletes never get it: their room was reserved by the put.
+	ErrNoSpace = errors.New("binlog: no space for record")
+
+	// ErrFailed: a write or fsync failed, so nothing written after it can be
+	// promised durable. Every later Append returns it (wrapped with the
+	// cause). The server keeps serving from memory.
+	ErrFailed = errors.New("binlog: write failed")
+
+	// ErrClosed: Append after Close.
+	ErrClosed = errors.New("binlog: closed")
+
+	// ErrBadRecord: Append was given bytes that are not a record made by
+	// this package's Append* encoders.
+	ErrBadRecord = errors.New("binlog: malformed record")
+
+	// ErrFormat: the directory holds a segment this version cannot read
+	// (upstream beanstalkd's format, or a newer beanpole). Open refuses to
+	// start rather than silently ignore jobs.
+	ErrFormat = errors.New("binlog: unsupported segment format")
+)

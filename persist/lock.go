@@ -1,0 +1,22 @@
+package persist
+
+import (
+	"fmt"
+	"os"
+)
+
+// lockDir takes the exclusive lock on DIR/lock that keeps two servers from
+// writing one binlog. The returned file must stay open for the life of the
+// process (closing it releases the lock).
+func lockDir(dir string) (*os.File, error) {
+	path := join(dir, "lock")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrLocked, err)
+	}
+	if err := lockFile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s: %v", ErrLocked, path, err)
+	}
+	return f, nil
+}
