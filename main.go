@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,9 +13,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/beanpole/beanpole/codec"
 	"github.com/beanpole/beanpole/config"
 	"github.com/beanpole/beanpole/engine"
 	"github.com/beanpole/beanpole/loop"
+	"github.com/beanpole/beanpole/persist"
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/diode"
 )
@@ -49,11 +52,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Info().Uint64("nofile", hard).Msg("open-file limit raised")
 	}
 
-	if cfg.BinlogDir != "" {
-		fmt.Fprintf(stderr, "beanpole: -b %s: the binlog is not available in this build; refusing to run without the persistence you asked for\n", cfg.BinlogDir)
-		return 10
-	}
-
 	ln, desc, err := config.Listen(&cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "beanpole: listen: %v\n", err)
@@ -70,6 +68,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	loops := runtime.GOMAXPROCS(0)
 	eng := engine.New(loops)
+	// The binlog is opened after dropping privileges, as upstream does, so
+	// its files belong to the -u user.
+	blog, code := openBinlog(&cfg, eng, log, stderr)
+	if code != 0 {
+		return code
+	}
+	if blog != nil {
+		defer blog.Close()
+	}
 	srv, err := loop.New(loop.Config{
 		Loops:      loops,
 		MaxJobSize: cfg.MaxJobSize,
@@ -80,6 +87,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "beanpole: %v\n", err)
 		return 1
+	}
+	srv.Binlog = func(st *codec.ServerStats) {
+		st.BinlogMaxSize = uint64(cfg.BinlogSize)
+		if blog == nil {
+			return
+		}
+		ls := blog.Stats()
+		st.BinlogOldestIndex, st.BinlogCurrentIndex = ls.OldestIndex, ls.CurrentIndex
+		st.BinlogRecordsWritten, st.BinlogRecordsMigrated = ls.RecordsWritten, ls.RecordsMigrated
 	}
 	if err := srv.Start(); err != nil {
 		fmt.Fprintf(stderr, "beanpole: %v\n", err)
@@ -107,6 +123,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			srv.Stop(ctx)
 			cancel()
+			if blog != nil {
+				// Write and fsync what is queued before exiting.
+				if err := blog.Close(); err != nil {
+					log.Error().Err(err).Msg("closing the binlog")
+					return 1
+				}
+			}
 			return 0
 		case err := <-served:
 			if err != nil {
@@ -116,4 +139,41 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 	}
+}
+
+// openBinlog opens and replays the -b directory into the engine and makes
+// the engine log through it. It returns a non-zero exit code on failure.
+func openBinlog(cfg *config.Config, eng *engine.Engine, log zerolog.Logger, stderr io.Writer) (*persist.Log, int) {
+	if cfg.BinlogDir == "" {
+		return nil, 0
+	}
+	// Compaction may call back before the journal is installed: hold it
+	// until then.
+	installed := make(chan struct{})
+	opts := persist.Options{
+		Dir:         cfg.BinlogDir,
+		WantSync:    cfg.WantSync,
+		SyncEvery:   cfg.SyncEvery,
+		SegmentSize: cfg.BinlogSize,
+		Rewrite: func(ids []uint64) {
+			<-installed
+			eng.Rewrite(ids)
+		},
+	}
+	blog, rec, err := persist.Open(opts, log.With().Str("component", "binlog").Logger())
+	if err != nil {
+		fmt.Fprintf(stderr, "beanpole: -b %s: %v\n", cfg.BinlogDir, err)
+		if errors.Is(err, persist.ErrFormat) {
+			return nil, 1
+		}
+		return nil, 10 // upstream: "failed to lock wal dir", exit 10
+	}
+	for _, p := range rec.Problems {
+		log.Error().Str("problem", p.String()).Msg("binlog damage found during recovery; the server starts with what could be read")
+	}
+	eng.Restore(rec)
+	eng.SetJournal(blog)
+	close(installed)
+	log.Info().Int("jobs", len(rec.Jobs)).Uint64("max-id", rec.MaxID).Int("segments", rec.Segments).Msg("binlog recovered")
+	return blog, 0
 }

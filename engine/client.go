@@ -62,6 +62,13 @@ type Client struct {
 	timeoutAt atomic.Int64 // monotonic ns, or never
 	marginAt  atomic.Int64 // monotonic ns: soonest TTR deadline minus 1 s
 	timer     *time.Timer
+
+	// Binlog records appended for this client and not yet durable, and
+	// whether its loop holds replies until they are.
+	pending atomic.Int64
+	holding atomic.Bool
+	durable func(error) // c.onDurable, bound once
+	rec     []byte      // scratch for encoding records
 }
 
 // Margin is the safety margin before a TTR deadline in which a reserve is
@@ -72,6 +79,9 @@ const Margin = int64(time.Second)
 // (1-based; 0 is the timers' shard).
 func (e *Engine) NewClient(shard int, w Waker) *Client {
 	c := &Client{e: e, shard: shard, waker: w}
+	if e.jl != nil {
+		c.durable = c.onDurable
+	}
 	c.use = e.reg.acquire(e, e.defaultTube.nameBytes, true)
 	c.watchBuf[0] = e.reg.acquire(e, e.defaultTube.nameBytes, false)
 	c.watch = c.watchBuf[:1]

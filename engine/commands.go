@@ -1,10 +1,15 @@
 package engine
 
-import "time"
+import (
+	"time"
+
+	"github.com/beanpole/beanpole/persist"
+)
 
 // Put creates a job with a fresh id from NextID in the used tube. delay and
-// ttr are as given on the wire; a ttr below 1 s becomes 1 s.
-func (c *Client) Put(id uint64, pri uint32, delay, ttr time.Duration, body []byte) *Job {
+// ttr are as given on the wire; a ttr below 1 s becomes 1 s. An error means
+// the binlog refused the record (OUT_OF_MEMORY) and no job was made.
+func (c *Client) Put(id uint64, pri uint32, delay, ttr time.Duration, body []byte) (*Job, error) {
 	if ttr < time.Second {
 		ttr = time.Second
 	}
@@ -17,11 +22,25 @@ func (c *Client) Put(id uint64, pri uint32, delay, ttr time.Duration, body []byt
 	// may be handed the job and act on its id before Put returns.
 	c.e.jobs.Put(j)
 	var cl claims
+	state := Ready
+	if delay > 0 {
+		state = Delayed
+		j.deadline = now + int64(delay)
+	}
 	t.mu.Lock()
+	if c.e.jl != nil {
+		j.state = state
+		r := c.e.record(j)
+		c.rec = persist.AppendFull(c.rec[:0], &r)
+		if err := c.journal(c.rec); err != nil {
+			t.mu.Unlock()
+			c.e.jobs.Delete(id)
+			return nil, err
+		}
+	}
 	t.jobs++
 	t.totalJobs++
-	if delay > 0 {
-		j.deadline = now + int64(delay)
+	if state == Delayed {
 		t.insert(j, Delayed, c.shard)
 	} else {
 		t.insert(j, Ready, c.shard)
@@ -32,7 +51,7 @@ func (c *Client) Put(id uint64, pri uint32, delay, ttr time.Duration, body []byt
 	t.mu.Unlock()
 	c.e.ctr.add(c.shard, cTotalJobs, 1)
 	cl.deliver(nil)
-	return j
+	return j, nil
 }
 
 // lockJob finds job id and locks its tube. It returns nil (and holds no
@@ -61,19 +80,26 @@ func (c *Client) lockReserved(id uint64) *Job {
 }
 
 // Delete removes a job that is ready, delayed, buried, or reserved by c.
-func (c *Client) Delete(id uint64) bool {
+// An error means the binlog failed to take the record (INTERNAL_ERROR);
+// the job is deleted all the same, as upstream.
+func (c *Client) Delete(id uint64) (bool, error) {
 	j := c.e.lockJob(id)
 	if j == nil {
-		return false
+		return false, nil
 	}
 	t := j.Tube
 	if j.state == Reserved {
 		if j.owner != c {
 			t.mu.Unlock()
-			return false
+			return false, nil
 		}
 		c.unlinkReserved(j)
 		j.owner = nil
+	}
+	var err error
+	if c.e.jl != nil {
+		c.rec = persist.AppendDelete(c.rec[:0], id)
+		err = c.journal(c.rec)
 	}
 	t.remove(j, c.shard)
 	j.state = Deleted
@@ -85,17 +111,33 @@ func (c *Client) Delete(id uint64) bool {
 	if empty {
 		c.e.reg.maybeFree(t)
 	}
-	return true
+	return true, err
 }
 
 // Release gives back a job c holds, with a new priority and delay.
-func (c *Client) Release(id uint64, pri uint32, delay time.Duration) bool {
+// An error means the binlog refused the record (OUT_OF_MEMORY): nothing
+// changed. Unlike upstream, a release with delay 0 is logged too, so its
+// new priority survives a restart (#597).
+func (c *Client) Release(id uint64, pri uint32, delay time.Duration) (bool, error) {
 	j := c.lockReserved(id)
 	if j == nil {
-		return false
+		return false, nil
 	}
 	t := j.Tube
 	now := c.e.mono()
+	if c.e.jl != nil {
+		var deadline int64
+		if delay > 0 {
+			deadline = c.e.wall(now + int64(delay))
+		}
+		cnt := j.counters()
+		cnt.Releases++
+		c.rec = persist.AppendRelease(c.rec[:0], id, pri, delay, deadline, cnt)
+		if err := c.journal(c.rec); err != nil {
+			t.mu.Unlock()
+			return true, err
+		}
+	}
 	t.remove(j, c.shard)
 	c.unlinkReserved(j)
 	j.owner = nil
@@ -114,24 +156,36 @@ func (c *Client) Release(id uint64, pri uint32, delay time.Duration) bool {
 	}
 	t.mu.Unlock()
 	cl.deliver(nil)
-	return true
+	return true, nil
 }
 
 // Bury moves a job c holds to the tail of its tube's buried list.
-func (c *Client) Bury(id uint64, pri uint32) bool {
+// An error means the binlog refused the record (OUT_OF_MEMORY).
+func (c *Client) Bury(id uint64, pri uint32) (bool, error) {
 	j := c.lockReserved(id)
 	if j == nil {
-		return false
+		return false, nil
 	}
 	t := j.Tube
+	if c.e.jl != nil {
+		cnt := j.counters()
+		cnt.Buries++
+		c.rec = persist.AppendBury(c.rec[:0], id, pri, t.buriedSeq+1, cnt)
+		if err := c.journal(c.rec); err != nil {
+			t.mu.Unlock()
+			return true, err
+		}
+	}
 	t.remove(j, c.shard)
 	c.unlinkReserved(j)
 	j.owner = nil
 	j.Pri = pri
 	j.buries++
+	t.buriedSeq++
+	j.buriedSeq = t.buriedSeq
 	t.insert(j, Buried, c.shard)
 	t.mu.Unlock()
-	return true
+	return true, nil
 }
 
 // Touch restarts the TTR of a job c holds.
@@ -166,11 +220,22 @@ func (c *Client) ReserveJob(id uint64) *Job {
 	return j
 }
 
-// kickLocked makes a buried or delayed job ready. Caller holds the tube lock.
-func (t *Tube) kickLocked(j *Job, shard int) {
+// kickLocked makes a buried or delayed job ready. Caller holds the tube
+// lock. It fails only when the binlog refuses the record.
+func (c *Client) kickLocked(t *Tube, j *Job) error {
+	if c.e.jl != nil {
+		cnt := j.counters()
+		cnt.Kicks++
+		c.rec = persist.AppendKick(c.rec[:0], j.ID, cnt)
+		if err := c.journal(c.rec); err != nil {
+			return err
+		}
+	}
+	shard := c.shard
 	t.remove(j, shard)
 	j.kicks++
 	t.insert(j, Ready, shard)
+	return nil
 }
 
 // Kick kicks up to n jobs in the used tube: buried ones if there are any
@@ -182,11 +247,15 @@ func (c *Client) Kick(n uint32) uint32 {
 	t.mu.Lock()
 	if t.buried.head != nil {
 		for ; k < n && t.buried.head != nil; k++ {
-			t.kickLocked(t.buried.head, c.shard)
+			if c.kickLocked(t, t.buried.head) != nil {
+				break
+			}
 		}
 	} else {
 		for ; k < n && t.delay.Len() > 0; k++ {
-			t.kickLocked(t.delay.Top(), c.shard)
+			if c.kickLocked(t, t.delay.Top()) != nil {
+				break
+			}
 		}
 	}
 	if k > 0 && t.waiters.head != nil {
@@ -197,25 +266,29 @@ func (c *Client) Kick(n uint32) uint32 {
 	return k
 }
 
-// KickJob kicks one buried or delayed job in any tube.
-func (c *Client) KickJob(id uint64) bool {
+// KickJob kicks one buried or delayed job in any tube. An error means the
+// binlog refused the record (OUT_OF_MEMORY).
+func (c *Client) KickJob(id uint64) (bool, error) {
 	j := c.e.lockJob(id)
 	if j == nil {
-		return false
+		return false, nil
 	}
 	t := j.Tube
 	if j.state != Buried && j.state != Delayed {
 		t.mu.Unlock()
-		return false
+		return false, nil
 	}
 	var cl claims
-	t.kickLocked(j, c.shard)
+	if err := c.kickLocked(t, j); err != nil {
+		t.mu.Unlock()
+		return true, err
+	}
 	if t.waiters.head != nil {
 		t.serveWaiters(c.e.mono(), c.shard, &cl)
 	}
 	t.mu.Unlock()
 	cl.deliver(nil)
-	return true
+	return true, nil
 }
 
 // Peek finds a job in any state. The body is immutable, so the caller may

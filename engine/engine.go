@@ -22,11 +22,15 @@ type Engine struct {
 	defaultTube *Tube
 	ctr         counters
 	draining    atomic.Bool
+	baseWall    int64 // wall-clock ns at base
+	jl          Journal
+	logErr      atomic.Value
 }
 
 // New makes an engine for a server with the given number of event loops.
 func New(loops int) *Engine {
 	e := &Engine{base: time.Now(), jobs: newJobTable()}
+	e.baseWall = e.base.UnixNano()
 	e.ctr.shards = make([]counterShard, loops+1)
 	e.defaultTube = e.reg.init(e)
 	return e

@@ -21,7 +21,11 @@ func newTestClient(e *Engine, shard int) (*Client, chan *Client) {
 
 func put(t *testing.T, c *Client, pri uint32, delay time.Duration, body string) *Job {
 	t.Helper()
-	return c.Put(c.e.NextID(), pri, delay, 10*time.Second, []byte(body+"\r\n"))
+	j, err := c.Put(c.e.NextID(), pri, delay, 10*time.Second, []byte(body+"\r\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
 }
 
 func TestReserveOrderIsPriThenID(t *testing.T) {
@@ -98,7 +102,7 @@ func TestReserveWithTimeoutTimesOut(t *testing.T) {
 func TestTTRExpiryReturnsJobToReady(t *testing.T) {
 	e := New(1)
 	c, _ := newTestClient(e, 1)
-	j := c.Put(e.NextID(), 0, 0, time.Second, []byte("x\r\n"))
+	j, _ := c.Put(e.NextID(), 0, 0, time.Second, []byte("x\r\n"))
 	if got, o := c.Reserve(0); o != GotJob || got != j {
 		t.Fatal("reserve")
 	}
@@ -146,7 +150,7 @@ func TestCloseReturnsReservedJobsAndFreesTubes(t *testing.T) {
 	if _, o := b.Reserve(0); o != GotJob {
 		t.Fatal("job not returned to ready on close")
 	}
-	b.Delete(1)
+	_, _ = b.Delete(1)
 	b.Close()
 	if names := e.AppendTubeNames(nil); len(names) != 1 || string(names[0]) != "default" {
 		t.Fatalf("tubes left: %q", names)
@@ -186,7 +190,7 @@ func TestConcurrentDeliveryExactlyOnce(t *testing.T) {
 					mu.Lock()
 					seen[j.ID]++
 					mu.Unlock()
-					if !c.Delete(j.ID) {
+					if ok, _ := c.Delete(j.ID); !ok {
 						t.Errorf("delete %d failed", j.ID)
 					}
 				}

@@ -43,6 +43,8 @@ type Job struct {
 	prev, next *Job
 	inList     bool // in owner's reserved list (guarded by owner.mu)
 
+	buriedSeq uint64 // place in the tube's buried list, as logged
+
 	reserves, timeouts, releases, buries, kicks uint32
 }
 

@@ -205,6 +205,9 @@ func (c *Client) onTimer() {
 // parked reserve and makes the client ready for its next command.
 func (c *Client) TakeWakeup() (*Job, Outcome) {
 	st := c.wstate.Load()
+	if st&stateMask == waiting {
+		return nil, Parked // woken for another reason (the binlog): keep waiting
+	}
 	c.wstate.Store(st &^ stateMask) // idle, same generation
 	switch st & stateMask {
 	case woke:

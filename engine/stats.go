@@ -28,6 +28,7 @@ func (e *Engine) StatsJob(id uint64, st *codec.JobStats) bool {
 		st.TimeLeft = uint64(max(j.deadline-now, 0) / second)
 	}
 	t.mu.Unlock()
+	st.File = e.fileOf(id)
 	return true
 }
 

@@ -31,6 +31,7 @@ type Tube struct {
 	cmdPauseTube uint64
 	pauseDur     int64 // ns as given to pause-tube
 	pauseUntil   int64 // monotonic ns; 0 when not paused
+	buriedSeq    uint64 // last buried-list sequence handed out
 
 	// One runtime timer per tube drives delayed→ready, TTR expiry and the
 	// end of a pause. armedAt is the earliest time it is set to fire; it is

@@ -15,7 +15,7 @@ import (
 // in the backlog (upstream #351, #361, #628, #651): on EMFILE/ENFILE we
 // give up a spare descriptor, accept the waiting connection and close it
 // at once, so the client gets a clean close instead of a hang, then back
-// off before trying again.
+// off before trying again. The condition is logged once per episode.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	s.listeners = append(s.listeners, ln)
@@ -23,41 +23,57 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Unlock()
 	defer s.acceptWG.Done()
 
-	spare, _ := os.Open(os.DevNull)
-	var backoff time.Duration
+	a := acceptor{s: s, ln: ln}
+	a.spare, _ = os.Open(os.DevNull)
+	defer func() {
+		if a.spare != nil {
+			a.spare.Close()
+		}
+	}()
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
 			if s.stopping.Load() || errors.Is(err, net.ErrClosed) {
-				if spare != nil {
-					spare.Close()
-				}
 				return nil
 			}
-			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-				if backoff == 0 {
-					s.log.Warn().Err(err).Msg("out of file descriptors: refusing new connections until some close")
-				}
-				if spare != nil {
-					spare.Close()
-					if c, err := ln.Accept(); err == nil {
-						c.Close()
-					}
-					spare, _ = os.Open(os.DevNull)
-				}
-			} else {
-				s.log.Error().Err(err).Msg("accept failed")
-			}
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			time.Sleep(backoff)
+			a.failed(err)
 			continue
 		}
-		if backoff != 0 {
-			s.log.Info().Msg("accepting connections again")
-			backoff = 0
-		}
+		// EnrollContext dups the descriptor, which can fail at the limit
+		// too; it closes nc either way.
 		if _, err := s.cli.EnrollContext(nc, nil); err != nil {
-			s.log.Warn().Err(err).Msg("could not register connection")
+			a.failed(err)
+			continue
+		}
+		if a.backoff != 0 {
+			s.log.Warn().Msg("accepting connections again")
+			a.backoff = 0
 		}
 	}
+}
+
+type acceptor struct {
+	s       *Server
+	ln      net.Listener
+	spare   *os.File
+	backoff time.Duration
+}
+
+func (a *acceptor) failed(err error) {
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		if a.backoff == 0 {
+			a.s.log.Warn().Err(err).Msg("out of file descriptors: closing new connections until some are free")
+		}
+		if a.spare != nil {
+			a.spare.Close()
+			if c, err := a.ln.Accept(); err == nil {
+				c.Close()
+			}
+			a.spare, _ = os.Open(os.DevNull)
+		}
+	} else if a.backoff == 0 {
+		a.s.log.Error().Err(err).Msg("accept failed")
+	}
+	a.backoff = min(max(2*a.backoff, 5*time.Millisecond), 200*time.Millisecond)
+	time.Sleep(a.backoff)
 }

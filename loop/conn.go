@@ -30,10 +30,42 @@ type conn struct {
 	throttled bool // too much unsent output: input waits
 	closed    bool // OnClose ran: never touch gc again
 
+	// held are replies waiting for their binlog records to be durable;
+	// while there are any, input waits too, so replies stay in order.
+	held [][]byte
+
 	// The put being read.
 	put  putHeader
 	body []byte
 	skip uint64
+}
+
+// hold moves the loop's reply batch into c.held: the headers are copied
+// (the batch is reused), job bodies are referenced (they are immutable).
+func (c *conn) hold() {
+	o := &c.ls.out
+	for i, b := range o.iov {
+		if i%2 == 0 { // header chunks alternate with bodies
+			b = append([]byte(nil), b...)
+		}
+		c.held = append(c.held, b)
+	}
+	if o.mark < len(o.buf) {
+		c.held = append(c.held, append([]byte(nil), o.buf[o.mark:]...))
+	}
+	if c.held == nil {
+		c.held = [][]byte{}
+	}
+	o.reset()
+}
+
+func (c *conn) writeHeld() {
+	for len(c.held) > 0 && !c.closed {
+		n := min(len(c.held), maxIOV)
+		_, _ = c.gc.Writev(c.held[:n])
+		c.held = c.held[n:]
+	}
+	c.held = nil
 }
 
 type putHeader struct {
@@ -50,14 +82,29 @@ func (c *conn) Wake(*engine.Client) {
 	_ = c.gc.EventLoop().Execute(context.Background(), c)
 }
 
-// Run is the loop-side half of Wake.
+// Run is the loop-side half of Wake: a parked reserve has its answer, or
+// held replies became durable.
 func (c *conn) Run(context.Context) error {
-	if c.closed || !c.parked {
+	if c.closed {
 		return nil
 	}
-	j, outcome := c.cl.TakeWakeup()
-	c.parked = false
-	c.s.reserveReply(c, j, outcome)
+	if c.held != nil {
+		if !c.cl.ReleaseHold() {
+			return nil
+		}
+		c.writeHeld()
+		if c.closed {
+			return nil
+		}
+	}
+	if c.parked {
+		j, outcome := c.cl.TakeWakeup()
+		if outcome == engine.Parked {
+			return nil
+		}
+		c.parked = false
+		c.s.reserveReply(c, j, outcome)
+	}
 	if c.s.process(c) == gnet.Close && !c.closed {
 		_ = c.gc.Close()
 	}

@@ -68,17 +68,21 @@ func (s *Server) dispatch(c *conn, line []byte, avail int) gnet.Action {
 			out.buf = append(out.buf, codec.RepNotFound...)
 		}
 	case codec.OpDelete:
-		s.ok(out, cl.Delete(cmd.ID), codec.RepDeleted)
+		ok, err := cl.Delete(cmd.ID)
+		s.okErr(out, ok, err, codec.RepDeleted, codec.RepInternalError)
 	case codec.OpRelease:
-		s.ok(out, cl.Release(cmd.ID, cmd.Pri, time.Duration(cmd.Delay)*time.Second), codec.RepReleased)
+		ok, err := cl.Release(cmd.ID, cmd.Pri, time.Duration(cmd.Delay)*time.Second)
+		s.okErr(out, ok, err, codec.RepReleased, codec.RepOutOfMemory)
 	case codec.OpBury:
-		s.ok(out, cl.Bury(cmd.ID, cmd.Pri), codec.RepBuried)
+		ok, err := cl.Bury(cmd.ID, cmd.Pri)
+		s.okErr(out, ok, err, codec.RepBuried, codec.RepOutOfMemory)
 	case codec.OpTouch:
 		s.ok(out, cl.Touch(cmd.ID), codec.RepTouched)
 	case codec.OpKick:
 		out.buf = codec.AppendKicked(out.buf, uint64(cl.Kick(cmd.Bound)))
 	case codec.OpKickJob:
-		s.ok(out, cl.KickJob(cmd.ID), codec.RepKicked)
+		ok, err := cl.KickJob(cmd.ID)
+		s.okErr(out, ok, err, codec.RepKicked, codec.RepOutOfMemory)
 	case codec.OpPeek:
 		s.found(out, s.eng.Peek(cmd.ID))
 	case codec.OpPeekReady:
@@ -146,6 +150,18 @@ func (s *Server) ok(out *output, ok bool, reply []byte) {
 	}
 }
 
+// okErr answers a command that may also fail in the binlog.
+func (s *Server) okErr(out *output, ok bool, err error, reply, failed []byte) {
+	switch {
+	case !ok:
+		out.buf = append(out.buf, codec.RepNotFound...)
+	case err != nil:
+		out.buf = append(out.buf, failed...)
+	default:
+		out.buf = append(out.buf, reply...)
+	}
+}
+
 func (s *Server) found(out *output, j *engine.Job) {
 	if j == nil {
 		out.buf = append(out.buf, codec.RepNotFound...)
@@ -184,6 +200,11 @@ func (s *Server) finishPut(c *conn) {
 		return
 	}
 	p := c.put
-	j := c.cl.Put(p.id, p.pri, time.Duration(p.delay)*time.Second, time.Duration(p.ttr)*time.Second, body)
+	j, err := c.cl.Put(p.id, p.pri, time.Duration(p.delay)*time.Second, time.Duration(p.ttr)*time.Second, body)
+	if err != nil {
+		// The binlog has no room for it (disk full): the id is burned.
+		out.buf = append(out.buf, codec.RepOutOfMemory...)
+		return
+	}
 	out.buf = codec.AppendInserted(out.buf, j.ID)
 }

@@ -51,9 +51,13 @@ func (o *output) flush(c gnet.Conn) {
 			o.iov = append(o.iov, o.buf[o.mark:])
 		}
 		_, _ = c.Writev(o.iov)
-		clear(o.iov) // do not pin job bodies
-		o.iov = o.iov[:0]
 	}
+	o.reset()
+}
+
+func (o *output) reset() {
+	clear(o.iov) // do not pin job bodies
+	o.iov = o.iov[:0]
 	o.mark, o.bodies = 0, 0
 	if cap(o.buf) > 4<<20 {
 		o.buf = make([]byte, 0, 64<<10)

@@ -19,6 +19,9 @@ var crlf = []byte("\r\n")
 // output backs up, or at quit.
 func (s *Server) process(c *conn) gnet.Action {
 	gc := c.gc
+	if c.held != nil {
+		return s.checkInputCap(c) // replies wait for the binlog; so does input
+	}
 	// The loop's reply batch must be empty whenever we leave: it is shared
 	// by every connection of the loop, and a wakeup may have queued a reply
 	// for c before calling us.
@@ -92,7 +95,9 @@ func (s *Server) process(c *conn) gnet.Action {
 			}
 		}
 		if out.full() {
-			s.flush(c, off)
+			if s.send(c, off) {
+				return action
+			}
 			if c.closed {
 				return gnet.Close
 			}
@@ -104,7 +109,9 @@ func (s *Server) process(c *conn) gnet.Action {
 		}
 	}
 done:
-	s.flush(c, off)
+	if s.send(c, off) {
+		return action
+	}
 	if c.closed || action != gnet.None {
 		return action
 	}
@@ -122,11 +129,22 @@ done:
 }
 
 // flush discards the consumed input and writes the batched replies.
-func (s *Server) flush(c *conn, consumed int) {
+func (s *Server) flush(c *conn, consumed int) { s.send(c, consumed) }
+
+// send discards the consumed input and writes the batched replies, unless
+// some of them acknowledge binlog records that are not durable yet: then
+// they are held (and so is further input) until the log says they are.
+// It reports whether it held.
+func (s *Server) send(c *conn, consumed int) bool {
 	if consumed > 0 { // never Discard(0): it means "everything" to gnet
 		_, _ = c.gc.Discard(consumed)
 	}
+	if c.cl.HoldIfUndurable() {
+		c.hold()
+		return true
+	}
 	c.ls.out.flush(c.gc)
+	return false
 }
 
 // keepTrailingCR consumes buf[off:] except a final '\r', which may be the

@@ -111,15 +111,19 @@ func (l *Log) commit(b *batch, failed error) {
 		}
 	}
 	l.mu.Unlock()
+	if err == nil {
+		// Count before acknowledging: a client whose reply the done
+		// releases may ask `stats` next and must see its record counted.
+		l.written.Add(b.records)
+		l.migrated.Add(b.migrated)
+		l.batches.Add(1)
+	}
 	for _, done := range b.dones {
 		done(err)
 	}
 	if err != nil {
 		return
 	}
-	l.written.Add(b.records)
-	l.migrated.Add(b.migrated)
-	l.batches.Add(1)
 	if l.opts.WantSync && l.opts.SyncEvery > 0 {
 		kick(l.wakeSync)
 	} else {
