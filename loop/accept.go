@@ -31,18 +31,21 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 	}()
 	for {
+		if a.spare == nil {
+			a.spare, _ = os.Open(os.DevNull)
+		}
 		nc, err := ln.Accept()
 		if err != nil {
 			if s.stopping.Load() || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			a.failed(err)
+			a.failed(err, true)
 			continue
 		}
 		// EnrollContext dups the descriptor, which can fail at the limit
-		// too; it closes nc either way.
+		// too; it closes nc either way, so that client is answered already.
 		if _, err := s.cli.EnrollContext(nc, nil); err != nil {
-			a.failed(err)
+			a.failed(err, false)
 			continue
 		}
 		if a.backoff != 0 {
@@ -59,21 +62,39 @@ type acceptor struct {
 	backoff time.Duration
 }
 
-func (a *acceptor) failed(err error) {
+func (a *acceptor) failed(err error, shed bool) {
 	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 		if a.backoff == 0 {
 			a.s.log.Warn().Err(err).Msg("out of file descriptors: closing new connections until some are free")
 		}
-		if a.spare != nil {
-			a.spare.Close()
-			if c, err := a.ln.Accept(); err == nil {
-				c.Close()
-			}
-			a.spare, _ = os.Open(os.DevNull)
+		if shed {
+			a.shed()
 		}
 	} else if a.backoff == 0 {
 		a.s.log.Error().Err(err).Msg("accept failed")
 	}
 	a.backoff = min(max(2*a.backoff, 5*time.Millisecond), 200*time.Millisecond)
 	time.Sleep(a.backoff)
+}
+
+// shed closes one client that is already waiting in the backlog, using the
+// spare descriptor for it. Linux's accept4 reports EMFILE even when nobody
+// is waiting, so the accept here must not block: it would take the slot of
+// the next client that could have been served.
+func (a *acceptor) shed() {
+	dl, ok := a.ln.(interface{ SetDeadline(time.Time) error })
+	if a.spare == nil || !ok {
+		return
+	}
+	a.spare.Close()
+	a.spare = nil
+	// Not time.Now(): Go checks an expired deadline before it even calls
+	// accept4, so that would never take the waiting client.
+	if dl.SetDeadline(time.Now().Add(time.Millisecond)) == nil {
+		if c, err := a.ln.Accept(); err == nil {
+			c.Close()
+		}
+		_ = dl.SetDeadline(time.Time{})
+	}
+	a.spare, _ = os.Open(os.DevNull)
 }
