@@ -186,4 +186,3 @@ func (e *Engine) Restore(rec *persist.Recovered) {
 		e.nextID.Store(top)
 	}
 }
-

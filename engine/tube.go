@@ -29,8 +29,8 @@ type Tube struct {
 	totalJobs    uint64
 	cmdDelete    uint64
 	cmdPauseTube uint64
-	pauseDur     int64 // ns as given to pause-tube
-	pauseUntil   int64 // monotonic ns; 0 when not paused
+	pauseDur     int64  // ns as given to pause-tube
+	pauseUntil   int64  // monotonic ns; 0 when not paused
 	buriedSeq    uint64 // last buried-list sequence handed out
 
 	// One runtime timer per tube drives delayed→ready, TTR expiry and the
