@@ -45,6 +45,10 @@ func (l *Log) Stats() Stats {
 	}
 	if l.cur >= 0 {
 		st.CurrentIndex = l.segs[l.cur].seq
+	} else if len(l.segs) > 0 {
+		// Nothing written yet: the first record goes to the first spare,
+		// which upstream already reports as current (1 and 1 at start).
+		st.CurrentIndex = l.segs[0].seq
 	}
 	for _, s := range l.segs {
 		st.DiskBytes += s.size
