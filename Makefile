@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= beanpole
 ARGS    ?=
 
-.PHONY: all build run test race fuzz bench vet clean
+.PHONY: all build run test race fuzz bench vet clean soak
 
 all: build
 
@@ -24,6 +24,11 @@ test: vet
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race ./engine/... ./loop/... ./codec/...
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=10s ./codec
+
+# The binlog's long crash soak: 60 kill -9 rounds per mode plus random cuts
+# (BEANPOLE_SOAK_ROUNDS=N to change).
+soak:
+	BEANPOLE_SOAK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestBinlog' ./e2e
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=5m ./codec

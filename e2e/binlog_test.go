@@ -239,9 +239,14 @@ func TestBinlogSegmentRotation(t *testing.T) {
 	c := s.dial(t)
 	const n = 100
 	body := strings.Repeat("x", 50)
-	for i := uint64(1); i <= n; i++ {
-		put(t, c, 0, 0, 100, body, i)
+	// Pipelined, so that -f0 can share fsyncs between puts.
+	var send, want strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&send, "put 0 0 100 50\r\n%s\r\n", body)
+		fmt.Fprintf(&want, "INSERTED %d\r\n", i)
 	}
+	mustSend(t, c, send.String())
+	expect(t, c, want.String())
 	st := stats(t, c)
 	cur := blStatInt(t, st, "binlog-current-index")
 	if cur < 2 {
@@ -258,21 +263,23 @@ func TestBinlogSegmentRotation(t *testing.T) {
 
 	s = blRestart(t, s, dir, args...)
 	c = s.dial(t)
-	var b strings.Builder
-	var want strings.Builder
+	send.Reset()
+	want.Reset()
 	for i := 1; i <= n; i++ {
-		fmt.Fprintf(&b, "peek %d\r\n", i)
+		fmt.Fprintf(&send, "peek %d\r\n", i)
 		fmt.Fprintf(&want, "FOUND %d 50\r\n%s\r\n", i, body)
 	}
-	mustSend(t, c, b.String())
+	mustSend(t, c, send.String())
 	expect(t, c, want.String())
 	if v := stats(t, c)["current-jobs-ready"]; v != itoa(n) {
 		t.Fatalf("current-jobs-ready %s after restart, want %d", v, n)
 	}
-	for i := uint64(1); i <= n; i++ {
-		mustSend(t, c, fmt.Sprintf("delete %d\r\n", i))
-		expect(t, c, "DELETED\r\n")
+	send.Reset()
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&send, "delete %d\r\n", i)
 	}
+	mustSend(t, c, send.String())
+	expect(t, c, strings.Repeat("DELETED\r\n", n))
 }
 
 // Row 59 (binlog_allocation): -s 601 -f0, 96 puts then 96 deletes, all
@@ -283,13 +290,20 @@ func TestBinlogAllocation(t *testing.T) {
 	args := []string{"-s", "601", "-f0"}
 	s := blStart(t, dir, args...)
 	c := s.dial(t)
-	for i := uint64(1); i <= 96; i++ {
-		put(t, c, 0, 0, 120, "job payload xxxxxxxxxx", i)
-	}
+	// Pipelined, so that -f0 can share fsyncs between commands.
+	var send, want strings.Builder
 	for i := 1; i <= 96; i++ {
-		mustSend(t, c, fmt.Sprintf("delete %d\r\n", i))
-		expect(t, c, "DELETED\r\n")
+		send.WriteString("put 0 0 120 22\r\njob payload xxxxxxxxxx\r\n")
+		fmt.Fprintf(&want, "INSERTED %d\r\n", i)
 	}
+	mustSend(t, c, send.String())
+	expect(t, c, want.String())
+	send.Reset()
+	for i := 1; i <= 96; i++ {
+		fmt.Fprintf(&send, "delete %d\r\n", i)
+	}
+	mustSend(t, c, send.String())
+	expect(t, c, strings.Repeat("DELETED\r\n", 96))
 	s = blRestart(t, s, dir, args...)
 	c = s.dial(t)
 	blExpectGone(t, c, blRange(1, 96))
@@ -385,14 +399,55 @@ func TestBinlogIDsNotReused(t *testing.T) {
 			mustSend(t, c, fmt.Sprintf("delete %d\r\n", id))
 			expect(t, c, "DELETED\r\n")
 		}
-		if segs := blSegments(t, dir); len(segs) == 0 || segs[0] < 3 {
-			t.Fatalf("binlog-oldest-index >= 3 but files are %v", segs)
-		}
+		// The files go right after the index moves.
+		waitFor(t, defaultTimeout, "binlog.1 and binlog.2 unlinked", func() bool {
+			segs := blSegments(t, dir)
+			return len(segs) > 0 && segs[0] >= 3
+		})
 		s = blRestart(t, s, dir, args...)
 		c = s.dial(t)
 		put(t, c, 0, 0, 60, "next", id+1)
 		blExpectGone(t, c, blRange(1, id))
 	})
+}
+
+// The highest id is known only from the id marks: job 1 lives on, ids
+// 2..101 are put and deleted, then only job 1 changes (release records)
+// until compaction has moved it forward and every segment that held a
+// record of ids 2..101 is gone. The next id must still be 102.
+func TestBinlogIDMark(t *testing.T) {
+	skipLegacy(t, "Decision 3: upstream reuses ids after a restart (§5)")
+	t.Parallel()
+	dir := t.TempDir()
+	args := []string{"-s", "4096"}
+	s := blStart(t, dir, args...)
+	c := s.dial(t)
+	put(t, c, 0, 0, 60, "keep", 1)
+	id := uint64(1)
+	blPutDeleteCycles(t, c, strings.Repeat("m", 100), &id, 100)
+	lastCycleSeg := blStatInt(t, stats(t, c), "binlog-current-index")
+	var send, want strings.Builder
+	for i := 0; i < 20; i++ {
+		send.WriteString("reserve\r\nrelease 1 0 0\r\n")
+		want.WriteString("RESERVED 1 4\r\nkeep\r\nRELEASED\r\n")
+	}
+	for i := 0; blStatInt(t, stats(t, c), "binlog-oldest-index") <= lastCycleSeg; i++ {
+		if i == 100 {
+			t.Fatalf("segments up to binlog.%d still there after %d releases of job 1; files %v",
+				lastCycleSeg, 20*i, blSegments(t, dir))
+		}
+		mustSend(t, c, send.String())
+		expect(t, c, want.String())
+	}
+	waitFor(t, defaultTimeout, "the old segments unlinked", func() bool {
+		segs := blSegments(t, dir)
+		return len(segs) > 0 && segs[0] > lastCycleSeg
+	})
+	s = blRestart(t, s, dir, args...)
+	c = s.dial(t)
+	runSteps(t, c, []step{{"peek 1\r\n", "FOUND 1 4\r\nkeep\r\n"}})
+	put(t, c, 0, 0, 60, "next", 102)
+	blExpectGone(t, c, blRange(2, 101))
 }
 
 // #597: release with delay 0 and a new priority is logged, so the priority
@@ -518,9 +573,10 @@ func TestBinlogDeletedStayDeleted(t *testing.T) {
 	if blStatInt(t, st, "binlog-records-migrated") < 1 {
 		t.Fatalf("job 1 moved but binlog-records-migrated is %s", st["binlog-records-migrated"])
 	}
-	if _, err := os.Stat(filepath.Join(dir, "binlog.1")); !os.IsNotExist(err) {
-		t.Fatalf("binlog.1 still exists (%v); files %v", err, blSegments(t, dir))
-	}
+	waitFor(t, defaultTimeout, "binlog.1 unlinked", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "binlog.1"))
+		return os.IsNotExist(err)
+	})
 	t.Logf("%d put+delete cycles; files %v; %s", id-1, blSegments(t, dir), st["binlog-records-migrated"]+" migrated")
 
 	for round := 0; round < 2; round++ {

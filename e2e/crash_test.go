@@ -160,6 +160,7 @@ type crModel struct {
 	gone map[uint64]bool // deleted for good: must never be seen again
 	ids  map[uint64]bool // every id with durable evidence, ever
 	acks int             // acknowledged replies this round
+	dels int             // jobs in jobs with a delete sent (until verify)
 }
 
 func newCrModel(t *testing.T) *crModel {
@@ -223,6 +224,9 @@ func (m *crModel) reserved(w int, id uint64, body string, op crOp) (int, bool) {
 		m.t.Errorf("worker %d: RESERVED %d, but the job should be %v (ops %v)", w, id, s, j.ops)
 		return 0, false
 	}
+	if op.kind == 'd' {
+		m.dels++
+	}
 	j.ops = append(j.ops, op)
 	return len(j.ops) - 1, true
 }
@@ -231,6 +235,9 @@ func (m *crModel) addOp(id uint64, op crOp) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	j := m.jobs[id]
+	if op.kind == 'd' {
+		m.dels++
+	}
 	j.ops = append(j.ops, op)
 	return len(j.ops) - 1
 }
@@ -317,9 +324,9 @@ func (m *crModel) worker(addr string, round, w int, seed uint64, until time.Time
 	for n := 0; time.Now().Before(until); n++ {
 		// Keep a few hundred jobs around, so that every kill finds ready,
 		// reserved and buried jobs to lose.
-		r, putP := rng.IntN(100), 45
+		r, putP := rng.IntN(100), 55
 		m.mu.Lock()
-		if len(m.jobs) > 300 {
+		if len(m.jobs)-m.dels > 300 {
 			putP = 25
 		}
 		m.mu.Unlock()
@@ -566,6 +573,7 @@ func (m *crModel) verify(t *testing.T, c *conn, round int) (live int) {
 	mustSend(t, c, fmt.Sprintf("delete %d\r\n", probe))
 	expect(t, c, "DELETED\r\n")
 	m.gone[probe], m.ids[probe] = true, true
+	m.dels = 0
 	return len(seen)
 }
 
