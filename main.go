@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -100,6 +101,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := srv.Start(); err != nil {
 		fmt.Fprintf(stderr, "beanpole: %v\n", err)
 		return 1
+	}
+
+	// BEANPOLE_CPUPROFILE=FILE profiles the whole run (written at a
+	// graceful stop): how performance work on beanpole is measured.
+	if path := os.Getenv("BEANPOLE_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil && pprof.StartCPUProfile(f) == nil {
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
 	}
 
 	sigs := make(chan os.Signal, 4)

@@ -44,8 +44,11 @@ func (s *Server) dispatch(c *conn, line []byte, avail int) gnet.Action {
 		}
 		cl.MarkProducer()
 		c.put = putHeader{id: s.eng.NextID(), pri: cmd.Pri, delay: cmd.Delay, ttr: cmd.TTR, bytes: cmd.Bytes}
+		// Bodies up to 1 MiB get their final size at once (no regrowth
+		// copies); past that the body grows as bytes arrive, so a client
+		// announcing 1 GiB cannot make us commit it before sending it.
 		need := int(cmd.Bytes) + 2
-		c.body = make([]byte, 0, min(need, max(avail, 16<<10)))
+		c.body = make([]byte, 0, min(need, max(avail, 1<<20)))
 		c.phase = phaseBody
 	case codec.OpReserve, codec.OpReserveWithTimeout:
 		cl.MarkWorker()
