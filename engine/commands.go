@@ -303,28 +303,19 @@ func (e *Engine) Peek(id uint64) *Job {
 
 // PeekReady is the next job a reserve on the used tube would get (paused
 // or not, as upstream).
-func (c *Client) PeekReady() *Job {
-	t := c.use
-	t.mu.Lock()
-	j := t.ready.Top()
-	t.mu.Unlock()
-	return j
-}
+func (c *Client) PeekReady() *Job { return c.peekUsed(func(t *Tube) *Job { return t.ready.Top() }) }
 
 // PeekDelayed is the delayed job in the used tube that becomes ready first.
-func (c *Client) PeekDelayed() *Job {
-	t := c.use
-	t.mu.Lock()
-	j := t.delay.Top()
-	t.mu.Unlock()
-	return j
-}
+func (c *Client) PeekDelayed() *Job { return c.peekUsed(func(t *Tube) *Job { return t.delay.Top() }) }
 
 // PeekBuried is the oldest buried job in the used tube.
-func (c *Client) PeekBuried() *Job {
+func (c *Client) PeekBuried() *Job { return c.peekUsed(func(t *Tube) *Job { return t.buried.head }) }
+
+// peekUsed reads one end of a used-tube structure under the tube's lock.
+func (c *Client) peekUsed(end func(*Tube) *Job) *Job {
 	t := c.use
 	t.mu.Lock()
-	j := t.buried.head
+	j := end(t)
 	t.mu.Unlock()
 	return j
 }
