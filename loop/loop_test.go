@@ -2,35 +2,17 @@ package loop
 
 import (
 	"bufio"
-	"context"
 	"io"
 	"net"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/beanpole/beanpole/engine"
-	"github.com/rs/zerolog"
 )
 
 // startServer runs an in-process server on a real loopback socket.
 func startServer(t testing.TB, maxJob uint32) string {
 	t.Helper()
-	eng := engine.New(2)
-	srv, err := New(Config{Loops: 2, MaxJobSize: maxJob, Version: "test", Log: zerolog.Nop()}, eng)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Stop(context.Background()) })
-	return ln.Addr().String()
+	return startServerCfg(t, 2, maxJob, 0)
 }
 
 func dial(t testing.TB, addr string) net.Conn {

@@ -32,8 +32,6 @@ func (o *output) body(b []byte) {
 	o.bodies += len(b)
 }
 
-func (o *output) pending() int { return len(o.buf) + len(o.iov) }
-
 func (o *output) full() bool {
 	return len(o.iov) >= maxIOV || len(o.buf) >= 256<<10 || o.bodies >= 4<<20
 }

@@ -26,7 +26,7 @@ func (s *Server) process(c *conn) gnet.Action {
 	// by every connection of the loop, and a wakeup may have queued a reply
 	// for c before calling us.
 	if c.parked {
-		s.flush(c, 0)
+		s.send(c, 0)
 		if c.throttled {
 			// Nothing runs until the reserve is answered; that path
 			// re-checks the output, so the sweeper need not poll us.
@@ -37,7 +37,7 @@ func (s *Server) process(c *conn) gnet.Action {
 	}
 	if c.throttled {
 		if gc.OutboundBuffered() > s.cfg.HighWater/2 {
-			s.flush(c, 0)
+			s.send(c, 0)
 			return s.checkInputCap(c)
 		}
 		c.throttled = false
@@ -127,9 +127,6 @@ done:
 	}
 	return gnet.None
 }
-
-// flush discards the consumed input and writes the batched replies.
-func (s *Server) flush(c *conn, consumed int) { s.send(c, consumed) }
 
 // send discards the consumed input and writes the batched replies, unless
 // some of them acknowledge binlog records that are not durable yet: then
