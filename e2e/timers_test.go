@@ -129,11 +129,9 @@ func TestTTRExpiry(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
 	a, b := s.dial(t), s.dial(t)
-	runSteps(t, a, []step{
-		{"put 0 0 1 1\r\nj\r\n", "INSERTED 1\r\n"},
-		{"reserve\r\n", "RESERVED 1 1\r\nj\r\n"},
-	})
-	start := time.Now()
+	runSteps(t, a, []step{{"put 0 0 1 1\r\nj\r\n", "INSERTED 1\r\n"}})
+	start := time.Now() // before the reserve that starts the TTR
+	runSteps(t, a, []step{{"reserve\r\n", "RESERVED 1 1\r\nj\r\n"}})
 	mustSend(t, b, "reserve-with-timeout 10\r\n")
 	expectWithin(t, b, "RESERVED 1 1\r\nj\r\n", defaultTimeout)
 	checkElapsed(t, "RESERVED by the second worker", start, time.Second-early)
@@ -209,11 +207,11 @@ func TestReserveTTRDeadlineSoon(t *testing.T) {
 func TestReserveJobTTRDeadlineSoon(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
-	runSteps(t, c, []step{
-		{"put 0 5 1 1\r\nA\r\n", "INSERTED 1\r\n"},
-		{"reserve-job 1\r\n", "RESERVED 1 1\r\nA\r\n"},
-	})
+	runSteps(t, c, []step{{"put 0 5 1 1\r\nA\r\n", "INSERTED 1\r\n"}})
+	// The TTR starts when the server reads reserve-job, which is after
+	// this: elapsed can only overstate it, however slow the reply is.
 	start := time.Now()
+	runSteps(t, c, []step{{"reserve-job 1\r\n", "RESERVED 1 1\r\nA\r\n"}})
 	mustSend(t, c, "reserve-with-timeout 1\r\n")
 	expect(t, c, "DEADLINE_SOON\r\n")
 	mustSend(t, c, "put 0 0 1 1\r\nB\r\n")
