@@ -183,8 +183,17 @@ func (s *Server) kill() {
 	_ = s.cmd.Process.Kill()
 }
 
-// Stop kills the server and waits for it.
+// Stop kills the server and waits for it. With BEANPOLE_CPUPROFILE set
+// (the server then profiles itself until a graceful stop) it asks with
+// SIGTERM first, so the profile gets written.
 func (s *Server) Stop() {
+	if os.Getenv("BEANPOLE_CPUPROFILE") != "" && s.Alive() {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(5 * time.Second):
+		}
+	}
 	procMu.Lock()
 	s.kill()
 	delete(procs, s)

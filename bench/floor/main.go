@@ -1,0 +1,117 @@
+// Command floor is the loopback floor for the round-trip scenario: a gnet
+// server that answers put, reserve and delete with the least work that still
+// satisfies the benchmark's checks: one mutex-guarded FIFO of jobs, no tubes,
+// priorities, reservations or timers.
+//
+// It is a measuring stick, not a server: run the benchmark with
+// `-beanstalkd bin/floor -only roundtrip` and the ratio column shows how
+// close beanpole gets to what gnet and the kernel allow on this machine.
+// It only understands the roundtrip and pipeline scenarios' commands.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/panjf2000/gnet/v2"
+)
+
+var (
+	totalJobs atomic.Uint64
+	mu        sync.Mutex
+	queue     []job
+)
+
+type job struct {
+	id   uint64
+	body []byte
+}
+
+type floor struct {
+	gnet.BuiltinEventEngine
+}
+
+func (*floor) OnTraffic(c gnet.Conn) gnet.Action {
+	var out []byte
+	for {
+		buf, _ := c.Peek(-1)
+		eol := bytes.Index(buf, []byte("\r\n"))
+		if eol < 0 {
+			break
+		}
+		line := buf[:eol]
+		used := eol + 2
+		switch {
+		case bytes.HasPrefix(line, []byte("put ")):
+			sp := bytes.LastIndexByte(line, ' ')
+			n, err := strconv.Atoi(string(line[sp+1:]))
+			if err != nil {
+				return gnet.Close
+			}
+			if len(buf) < used+n+2 {
+				goto flush // wait for the rest of the body
+			}
+			j := job{id: totalJobs.Add(1), body: bytes.Clone(buf[used : used+n])}
+			used += n + 2
+			mu.Lock()
+			queue = append(queue, j)
+			mu.Unlock()
+			out = strconv.AppendUint(append(out, "INSERTED "...), j.id, 10)
+			out = append(out, "\r\n"...)
+		case bytes.Equal(line, []byte("reserve")):
+			mu.Lock()
+			if len(queue) == 0 {
+				mu.Unlock()
+				return gnet.Close // the scenarios never reserve from an empty queue
+			}
+			j := queue[0]
+			queue = queue[1:]
+			mu.Unlock()
+			out = fmt.Appendf(out, "RESERVED %d %d\r\n", j.id, len(j.body))
+			out = append(append(out, j.body...), "\r\n"...)
+		case bytes.HasPrefix(line, []byte("delete ")):
+			out = append(out, "DELETED\r\n"...)
+		case bytes.Equal(line, []byte("list-tube-used")):
+			out = append(out, "USING default\r\n"...)
+		case bytes.Equal(line, []byte("stats")):
+			mu.Lock()
+			ready := len(queue)
+			mu.Unlock()
+			y := fmt.Appendf(nil, "---\ncurrent-jobs-ready: %d\ncurrent-jobs-reserved: 0\ntotal-jobs: %d\npid: %d\n", ready, totalJobs.Load(), os.Getpid())
+			out = fmt.Appendf(out, "OK %d\r\n%s\r\n", len(y), y)
+		default:
+			out = append(out, "UNKNOWN_COMMAND\r\n"...)
+		}
+		_, _ = c.Discard(used)
+	}
+flush:
+	if len(out) > 0 {
+		_, _ = c.Write(out)
+	}
+	return gnet.None
+}
+
+func main() {
+	addr := flag.String("l", "0.0.0.0", "listen address")
+	port := flag.Int("p", 11300, "port")
+	version := flag.Bool("v", false, "print the version")
+	flag.Int("z", 65535, "ignored")
+	flag.Parse()
+	if *version {
+		fmt.Println("floor 0")
+		return
+	}
+	err := gnet.Run(&floor{}, fmt.Sprintf("tcp4://%s:%d", *addr, *port),
+		gnet.WithMulticore(true), gnet.WithNumEventLoop(runtime.GOMAXPROCS(0)), gnet.WithReuseAddr(true))
+	if err != nil && err != context.Canceled {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
