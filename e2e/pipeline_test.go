@@ -186,3 +186,28 @@ func TestPutBodyInPieces(t *testing.T) {
 	mustSend(t, c, "peek 1\r\n")
 	expect(t, c, "FOUND 1 10\r\n0123456789\r\n")
 }
+
+// Extra: large bodies whose tail arrives later, glued to the next command.
+// Past 16 KiB the server reads the rest of a body straight from the socket
+// into the job (always so past its 256 KiB read buffer); it must take
+// exactly the body and leave the pipelined command behind it for the
+// parser, however the bytes are split.
+func TestLargeBodyTailWithNextCommand(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{60000, 1 << 20} {
+		body := strings.Repeat("0123456789abcde\n", size/16)
+		for _, split := range []int{1, 20000, len(body) - 1, len(body)} {
+			c := startServer(t, "-z", "2000000").dial(t) // ids start at 1
+			mustSend(t, c, fmt.Sprintf("put 0 0 10 %d\r\n%s", len(body), body[:split]))
+			expectNothing(t, c, 20*time.Millisecond)
+			mustSend(t, c, body[split:]+"\r\nput 0 0 10 1\r\nx\r\n")
+			expect(t, c, "INSERTED 1\r\nINSERTED 2\r\n")
+			mustSend(t, c, "reserve\r\n")
+			expect(t, c, fmt.Sprintf("RESERVED 1 %d\r\n%s\r\n", len(body), body))
+			runSteps(t, c, []step{
+				{"delete 1\r\n", "DELETED\r\n"},
+				{"reserve\r\n", "RESERVED 2 1\r\nx\r\n"},
+			})
+		}
+	}
+}

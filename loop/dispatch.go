@@ -8,9 +8,8 @@ import (
 	"github.com/panjf2000/gnet/v2"
 )
 
-// dispatch runs one command line. avail is how many input bytes follow the
-// line (a put body may already be there). Replies go to the loop's batch.
-func (s *Server) dispatch(c *conn, line []byte, avail int) gnet.Action {
+// dispatch runs one command line. Replies go to the loop's batch.
+func (s *Server) dispatch(c *conn, line []byte) gnet.Action {
 	var cmd codec.Command
 	out := &c.ls.out
 	st := codec.Parse(line, &cmd)
@@ -44,11 +43,8 @@ func (s *Server) dispatch(c *conn, line []byte, avail int) gnet.Action {
 		}
 		cl.MarkProducer()
 		c.put = putHeader{id: s.eng.NextID(), pri: cmd.Pri, delay: cmd.Delay, ttr: cmd.TTR, bytes: cmd.Bytes}
-		// Bodies up to 1 MiB get their final size at once (no regrowth
-		// copies); past that the body grows as bytes arrive, so a client
-		// announcing 1 GiB cannot make us commit it before sending it.
-		need := int(cmd.Bytes) + 2
-		c.body = make([]byte, 0, min(need, max(avail, 1<<20)))
+		// readBody allocates the body when it sees the first of it.
+		c.body = nil
 		c.phase = phaseBody
 	case codec.OpReserve, codec.OpReserveWithTimeout:
 		cl.MarkWorker()

@@ -5,6 +5,7 @@ import (
 
 	"github.com/beanpole/beanpole/codec"
 	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
 )
 
 // maxLine is the longest command line including CRLF (beanpole Decision 2:
@@ -12,6 +13,11 @@ import (
 const maxLine = 224
 
 var crlf = []byte("\r\n")
+
+// directBody is how much of a put body must have arrived before the rest is
+// read from the socket straight into it: below that, gnet's one read per
+// wake-up is as cheap.
+const directBody = 16 << 10
 
 // process runs every complete command buffered for c, in order, and sends
 // their replies in one write. It stops early at a reserve that has to wait
@@ -62,6 +68,9 @@ func (s *Server) process(c *conn) gnet.Action {
 			}
 		case phaseBody:
 			off += c.readBody(buf[off:])
+			if off == len(buf) && len(c.body) >= directBody && len(c.body) < int(c.put.bytes)+2 {
+				c.readBodyDirect()
+			}
 			if len(c.body) == int(c.put.bytes)+2 {
 				c.phase = phaseCommand
 				s.finishPut(c)
@@ -89,7 +98,7 @@ func (s *Server) process(c *conn) gnet.Action {
 			}
 			line := window[:i]
 			off += i + 2
-			if act := s.dispatch(c, line, len(buf)-off); act != gnet.None {
+			if act := s.dispatch(c, line); act != gnet.None {
 				action = act
 				goto done
 			}
@@ -163,18 +172,52 @@ func (s *Server) checkInputCap(c *conn) gnet.Action {
 	return gnet.None
 }
 
-// readBody copies as much of the put body as buf holds. The body grows as
-// data arrives rather than being allocated whole from the header, so a
-// client announcing 1 GiB cannot make us commit it up front.
+// readBody copies as much of the put body as buf holds. A body that is all
+// there is cloned in one go (append does not zero memory it is about to
+// overwrite). Otherwise it is allocated at its final size up to 1 MiB (no
+// regrowth copies); past that it grows as bytes arrive, so a client
+// announcing 1 GiB cannot make us commit it before sending it.
 func (c *conn) readBody(buf []byte) int {
 	need := int(c.put.bytes) + 2
 	have := len(c.body)
 	n := min(len(buf), need-have)
+	if c.body == nil && n == need {
+		c.body = append([]byte(nil), buf[:n]...)
+		return n
+	}
 	if have+n > cap(c.body) {
-		nb := make([]byte, have, min(need, max(2*cap(c.body), have+n)))
-		copy(nb, c.body)
-		c.body = nb
+		c.growBody(have + n)
 	}
 	c.body = append(c.body, buf[:n]...)
 	return n
+}
+
+// growBody makes room for at least want bytes of the put body.
+func (c *conn) growBody(want int) {
+	need := int(c.put.bytes) + 2
+	size := min(need, max(2*cap(c.body), want, 1<<20))
+	nb := make([]byte, len(c.body), size)
+	copy(nb, c.body)
+	c.body = nb
+}
+
+// readBodyDirect reads the rest of a large put body from the socket
+// straight into the job's memory, as upstream does, instead of letting gnet
+// copy it into its buffer first and us copy it out again. It runs on the
+// connection's own loop with gnet's buffer fully consumed, so no bytes can
+// overtake each other; it stops at EAGAIN (gnet's level-triggered poll
+// brings the rest) and leaves errors and EOF for gnet's next read to see.
+func (c *conn) readBodyDirect() {
+	need := int(c.put.bytes) + 2
+	for len(c.body) < need {
+		if len(c.body) == cap(c.body) {
+			c.growBody(len(c.body) + 1)
+		}
+		end := min(need, cap(c.body))
+		n, err := unix.Read(c.gc.Fd(), c.body[len(c.body):end])
+		if n <= 0 || err != nil {
+			return
+		}
+		c.body = c.body[:len(c.body)+n]
+	}
 }
