@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -67,6 +68,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	// BEANPOLE_GC_HEADROOM_MB overrides the collector's headroom floor
+	// (gcheadroom.go); 0 leaves GOGC alone.
+	headroom := uint64(64)
+	if v, err := strconv.ParseUint(os.Getenv("BEANPOLE_GC_HEADROOM_MB"), 10, 32); err == nil {
+		headroom = v
+	}
+	if headroom > 0 {
+		keepHeapHeadroom(headroom << 20)
+	}
 	loops := runtime.GOMAXPROCS(0)
 	eng := engine.New(loops)
 	// The binlog is opened after dropping privileges, as upstream does, so
