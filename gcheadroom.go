@@ -4,40 +4,54 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"time"
 )
 
-// keepHeapHeadroom makes the collector wait until at least floor bytes have
-// been allocated since the last cycle, however small the live heap is.
+// keepHeapHeadroom gives the collector at least floor bytes of headroom
+// while the heap is churning fast, however small the live heap is.
 //
 // Why: job bodies are garbage the moment a job is deleted, so a queue
 // moving 64 KiB bodies allocates hundreds of MB/s on a live heap of a few
-// MB. With GOGC=100 alone that is a collection every few ms, each one waking
+// MB. With GOGC=100 alone that is a collection every few ms, each waking
 // mark workers on other threads; measured, the collector then costs more
-// than the jobs. Past floor bytes of live heap this changes nothing: GOGC
-// (100 unless the environment says otherwise) rules as usual, so a server
-// holding millions of jobs does not grow by more than GOGC allows.
+// than the jobs. So when GOGC alone would collect more often than every
+// hotCycle, GOGC is raised until the goal is live + floor. When allocation
+// calms down, or the live heap outgrows floor, GOGC (100 unless the
+// environment says otherwise) rules again, so a quiet server keeps a tight
+// heap (its garbage is collected at the usual pace) and a server holding
+// millions of jobs grows by no more than GOGC allows.
 //
-// The percentage is re-derived after every cycle from the live heap it
-// found, using a finalizer on a sentinel that each cycle frees.
+// The decision is re-made after every cycle, from a finalizer on a
+// sentinel that each cycle frees.
 func keepHeapHeadroom(floor uint64) {
 	base := debug.SetGCPercent(100)
 	debug.SetGCPercent(base)
 	if base <= 0 {
 		return // GOGC=off: the operator has taken over
 	}
-	t := &heapTuner{floor: floor, base: base, asked: base, cur: base,
-		sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}},
+	t := &heapTuner{floor: floor, base: base, asked: base, last: time.Now(),
+		sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/allocs:bytes"}},
 		goal:   []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}}
 	t.arm()
 }
 
+// A cycle shorter than hotCycle (at GOGC alone) turns the headroom on; it
+// stays on until cycles at GOGC alone would last coolCycle.
+const (
+	hotCycle  = 50 * time.Millisecond
+	coolCycle = 200 * time.Millisecond
+	minHeap   = 4 << 20 // the runtime's smallest goal at GOGC=100
+)
+
 type heapTuner struct {
-	floor  uint64
-	base   int // GOGC as configured
-	asked  int // what percentFor last chose
-	cur    int // the percentage in force (asked, scaled to the real goal)
-	sample []metrics.Sample
-	goal   []metrics.Sample
+	floor      uint64
+	base       int // GOGC as configured
+	asked      int // the percentage last set before scaling to the real goal
+	hot        bool
+	last       time.Time
+	lastAllocs uint64
+	sample     []metrics.Sample
+	goal       []metrics.Sample
 }
 
 type sentinel struct{ _ [16]byte } // finalizers need a non-zero-size object
@@ -48,22 +62,40 @@ func (t *heapTuner) arm() {
 
 func (t *heapTuner) adjust() {
 	metrics.Read(t.sample)
-	live := t.sample[0].Value.Uint64()
-	pct := t.percentFor(live)
+	live, allocs := t.sample[0].Value.Uint64(), t.sample[1].Value.Uint64()
+	now := time.Now()
+	t.hot = t.churning(live, allocs-t.lastAllocs, now.Sub(t.last))
+	t.last, t.lastAllocs = now, allocs
+	pct := t.base
+	if t.hot {
+		pct = t.percentFor(live)
+	}
 	if pct == t.asked {
 		return
 	}
 	t.asked = pct
 	debug.SetGCPercent(pct)
-	t.cur = pct
 	// The runtime's goal also counts stacks, globals and its own minimum:
 	// read back the goal it derived and scale once towards live + floor.
 	metrics.Read(t.goal)
 	if goal := t.goal[0].Value.Uint64(); pct != t.base && goal > live+t.floor+t.floor/8 {
-		pct = max(t.base, int(uint64(pct)*t.floor/(goal-live)))
-		debug.SetGCPercent(pct)
-		t.cur = pct
+		debug.SetGCPercent(max(t.base, int(uint64(pct)*t.floor/(goal-live))))
 	}
+}
+
+// churning reports whether, at the rate of the last cycle (allocated bytes
+// in elapsed), GOGC alone would collect more often than hotCycle (or, with
+// the headroom already on, coolCycle).
+func (t *heapTuner) churning(live, allocated uint64, elapsed time.Duration) bool {
+	if allocated == 0 || elapsed <= 0 {
+		return false
+	}
+	room := max(live*uint64(t.base)/100, minHeap)
+	cycle := time.Duration(float64(elapsed) * float64(room) / float64(allocated))
+	if t.hot {
+		return cycle < coolCycle
+	}
+	return cycle < hotCycle
 }
 
 // percentFor is the GOGC that gives a live heap of live bytes at least

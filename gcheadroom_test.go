@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestHeapHeadroomPercent(t *testing.T) {
 	const mib = 1 << 20
@@ -21,6 +24,30 @@ func TestHeapHeadroomPercent(t *testing.T) {
 		tu.asked = c.cur
 		if got := tu.percentFor(c.live); got != c.want {
 			t.Errorf("live %d MiB, current %d%%: got %d%%, want %d%%", c.live/mib, c.cur, got, c.want)
+		}
+	}
+}
+
+func TestHeapHeadroomOnlyWhileChurning(t *testing.T) {
+	const mib = 1 << 20
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name      string
+		hot       bool
+		live, got uint64 // live heap; bytes allocated during the last cycle
+		elapsed   time.Duration
+		want      bool
+	}{
+		{"64 KiB bodies at 400 MB/s on 2 MiB live", false, 2 * mib, 40 * mib, 100 * ms, true},
+		{"idle connections arriving at 10 MB/s", false, 20 * mib, 10 * mib, time.Second, false},
+		{"a heap past the floor churning fast", false, 100 * mib, 100 * mib, 50 * ms, false},
+		{"still busy, cycles of 100 ms at GOGC alone", true, 2 * mib, 40 * mib, time.Second, true},
+		{"calmed down", true, 2 * mib, 4 * mib, time.Second, false},
+		{"nothing allocated", true, 2 * mib, 0, time.Second, false},
+	} {
+		tu := &heapTuner{floor: 64 * mib, base: 100, hot: c.hot}
+		if got := tu.churning(c.live, c.got, c.elapsed); got != c.want {
+			t.Errorf("%s: churning = %v, want %v", c.name, got, c.want)
 		}
 	}
 }
