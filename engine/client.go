@@ -47,7 +47,6 @@ type Client struct {
 	use      *Tube
 	watch    []*Tube
 	watchBuf [1]*Tube
-	nodes    []waitNode
 	producer bool
 	worker   bool
 
@@ -56,15 +55,30 @@ type Client struct {
 	nReserved int
 	closed    bool
 
+	// The rest exists only for connections that need it, so that an idle
+	// connection costs as little as possible (hundreds of thousands of
+	// them are normal): waitState from the first reserve that has to wait,
+	// journalState when there is a binlog.
+	*waitState
+	*journalState
+}
+
+// waitState is a client's parked-reserve machinery. It is allocated by the
+// owner's loop before the client is first queued on a tube, so any
+// goroutine that finds it through a queue sees it whole.
+type waitState struct {
+	nodes     []waitNode
 	wstate    atomic.Uint64
 	wgen      uint64
 	wjob      *Job         // set by whoever claimed the wait
 	timeoutAt atomic.Int64 // monotonic ns, or never
 	marginAt  atomic.Int64 // monotonic ns: soonest TTR deadline minus 1 s
 	timer     *time.Timer
+}
 
-	// Binlog records appended for this client and not yet durable, and
-	// whether its loop holds replies until they are.
+// journalState counts the binlog records appended for this client and not
+// yet durable, and whether its loop holds replies until they are.
+type journalState struct {
 	pending atomic.Int64
 	holding atomic.Bool
 	durable func(error) // c.onDurable, bound once
@@ -80,6 +94,7 @@ const Margin = int64(time.Second)
 func (e *Engine) NewClient(shard int, w Waker) *Client {
 	c := &Client{e: e, shard: shard, waker: w}
 	if e.jl != nil {
+		c.journalState = &journalState{}
 		c.durable = c.onDurable
 	}
 	c.use = e.reg.acquire(e, e.defaultTube.nameBytes, true)
@@ -211,7 +226,9 @@ func (c *Client) Close() {
 	}
 	c.mu.Unlock()
 
-	if st := c.wstate.Load(); st&stateMask == waiting && c.claim(st>>stateBits, cancelled) {
+	if c.waitState == nil {
+		// Never waited: nothing is queued.
+	} else if st := c.wstate.Load(); st&stateMask == waiting && c.claim(st>>stateBits, cancelled) {
 		c.finishWait(c)
 	} else {
 		// A put on another loop may have claimed the wait after we set
@@ -234,7 +251,7 @@ func (c *Client) Close() {
 		t.mu.Unlock()
 		cl.deliver(nil)
 	}
-	if c.timer != nil {
+	if c.waitState != nil && c.timer != nil {
 		c.timer.Stop()
 	}
 	for _, t := range c.watch {

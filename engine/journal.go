@@ -74,7 +74,7 @@ func (c *Client) onDurable(err error) {
 // true means some of them acknowledge records not yet durable, so they must
 // wait; the Waker is called when they may go (then ReleaseHold is true).
 func (c *Client) HoldIfUndurable() bool {
-	if c.pending.Load() == 0 {
+	if c.journalState == nil || c.pending.Load() == 0 {
 		return false
 	}
 	c.holding.Store(true)
@@ -88,7 +88,7 @@ func (c *Client) HoldIfUndurable() bool {
 
 // ReleaseHold reports whether held replies may now be sent.
 func (c *Client) ReleaseHold() bool {
-	return c.pending.Load() == 0 && c.holding.CompareAndSwap(true, false)
+	return c.journalState == nil || c.pending.Load() == 0 && c.holding.CompareAndSwap(true, false)
 }
 
 // Rewrite is the log's compaction hook: it appends a fresh full record for

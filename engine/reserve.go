@@ -82,6 +82,9 @@ func (c *Client) take(now int64) *Job {
 }
 
 func (c *Client) park(now int64, timeout time.Duration, margin int64) (*Job, Outcome) {
+	if c.waitState == nil {
+		c.waitState = &waitState{}
+	}
 	c.wgen++
 	gen := c.wgen
 	c.wjob = nil
@@ -204,6 +207,9 @@ func (c *Client) onTimer() {
 // TakeWakeup is called by the loop after Wake: it returns the answer to the
 // parked reserve and makes the client ready for its next command.
 func (c *Client) TakeWakeup() (*Job, Outcome) {
+	if c.waitState == nil {
+		return nil, Parked // never waited
+	}
 	st := c.wstate.Load()
 	if st&stateMask == waiting {
 		return nil, Parked // woken for another reason (the binlog): keep waiting
@@ -227,6 +233,9 @@ func (c *Client) TakeWakeup() (*Job, Outcome) {
 // (so the caller should answer TIMED_OUT); if a job was already assigned
 // the caller gets nothing and Close returns the job to ready.
 func (c *Client) CancelWait() bool {
+	if c.waitState == nil {
+		return false
+	}
 	st := c.wstate.Load()
 	if st&stateMask == waiting && c.claim(st>>stateBits, cancelled) {
 		c.finishWait(c)

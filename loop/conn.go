@@ -34,10 +34,15 @@ type conn struct {
 	// while there are any, input waits too, so replies stay in order.
 	held [][]byte
 
-	// The put being read.
+	// The put being read; allocated at the connection's first put, so that
+	// connections that never put (idle ones, workers) do not carry it.
+	*putState
+}
+
+type putState struct {
 	put  putHeader
 	body []byte
-	skip uint64
+	skip uint64 // body bytes of a too-big put still to drop
 }
 
 // hold moves the loop's reply batch into c.held: the headers are copied

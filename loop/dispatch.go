@@ -30,6 +30,9 @@ func (s *Server) dispatch(c *conn, line []byte) gnet.Action {
 	cl := c.cl
 	switch cmd.Op {
 	case codec.OpPut:
+		if c.putState == nil {
+			c.putState = &putState{}
+		}
 		if cmd.Bytes > s.cfg.MaxJobSize {
 			// Upstream reads and drops the body before answering, even
 			// when the line also has trailing garbage.

@@ -39,7 +39,7 @@ func (h *handler) OnClose(gc gnet.Conn, err error) gnet.Action {
 		s.throttled.remove(c)
 	}
 	c.cl.Close()
-	c.body = nil
+	c.putState = nil
 	if s.cfg.Verbosity > 0 {
 		s.log.Info().Int("fd", gc.Fd()).AnErr("err", err).Msg("close")
 	}
