@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= beanpole
 ARGS    ?=
 
-.PHONY: all build run test race fuzz bench vet clean soak
+.PHONY: all build run test race fuzz bench bench-floor vet clean soak
 
 all: build
 
@@ -40,5 +40,14 @@ bench:
 	$(GO) build -o bin/beanpole .
 	$(GO) run ./bench -beanpole bin/beanpole -beanstalkd $$(command -v beanstalkd) -out bench/results $(BENCHARGS)
 
+# beanpole against bench/floor, a gnet responder with no engine behind it:
+# how close the round trips and pipelines get to what gnet and the kernel
+# allow on this machine.
+bench-floor:
+	mkdir -p bin bench/results/floor
+	$(GO) build -o bin/beanpole .
+	$(GO) build -o bin/floor ./bench/floor
+	$(GO) run ./bench -beanpole bin/beanpole -beanstalkd bin/floor -only roundtrip,pipeline -out bench/results/floor $(BENCHARGS)
+
 clean:
-	rm -f $(BIN) bin/beanpole
+	rm -f $(BIN) bin/beanpole bin/floor
