@@ -47,13 +47,15 @@ type Client struct {
 	use      *Tube
 	watch    []*Tube
 	watchBuf [1]*Tube
-	producer bool
-	worker   bool
 
 	mu        sync.Mutex
 	reserved  *Job // head of the list of jobs reserved by this client
-	nReserved int
+	nReserved int32
 	closed    bool
+	// The loop's own flags, packed beside closed (separate bytes, so no
+	// sharing) to keep a Client at 112 bytes.
+	producer bool
+	worker   bool
 
 	// The rest exists only for connections that need it, so that an idle
 	// connection costs as little as possible (hundreds of thousands of

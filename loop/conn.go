@@ -29,15 +29,18 @@ type conn struct {
 	parked    bool // a reserve is waiting: input after it stays buffered
 	throttled bool // too much unsent output: input waits
 	closed    bool // OnClose ran: never touch gc again
+	// holding: replies wait in held for their binlog records to be
+	// durable; input waits too, so replies stay in order.
+	holding bool
 
-	// held are replies waiting for their binlog records to be durable;
-	// while there are any, input waits too, so replies stay in order.
-	held [][]byte
+	held *heldReplies // allocated at the first hold (only with -b)
 
 	// The put being read; allocated at the connection's first put, so that
 	// connections that never put (idle ones, workers) do not carry it.
 	*putState
 }
+
+type heldReplies struct{ bufs [][]byte }
 
 type putState struct {
 	put  putHeader
@@ -48,29 +51,34 @@ type putState struct {
 // hold moves the loop's reply batch into c.held: the headers are copied
 // (the batch is reused), job bodies are referenced (they are immutable).
 func (c *conn) hold() {
+	if c.held == nil {
+		c.held = &heldReplies{}
+	}
+	h := c.held
 	o := &c.ls.out
 	for i, b := range o.iov {
 		if i%2 == 0 { // header chunks alternate with bodies
 			b = append([]byte(nil), b...)
 		}
-		c.held = append(c.held, b)
+		h.bufs = append(h.bufs, b)
 	}
 	if o.mark < len(o.buf) {
-		c.held = append(c.held, append([]byte(nil), o.buf[o.mark:]...))
+		h.bufs = append(h.bufs, append([]byte(nil), o.buf[o.mark:]...))
 	}
-	if c.held == nil {
-		c.held = [][]byte{}
-	}
+	c.holding = true
 	o.reset()
 }
 
 func (c *conn) writeHeld() {
-	for len(c.held) > 0 && !c.closed {
-		n := min(len(c.held), maxIOV)
-		_, _ = c.gc.Writev(c.held[:n])
-		c.held = c.held[n:]
+	h := c.held
+	for sent := 0; sent < len(h.bufs) && !c.closed; {
+		n := min(len(h.bufs)-sent, maxIOV)
+		_, _ = c.gc.Writev(h.bufs[sent : sent+n])
+		sent += n
 	}
-	c.held = nil
+	clear(h.bufs) // let the bodies go
+	h.bufs = h.bufs[:0]
+	c.holding = false
 }
 
 type putHeader struct {
@@ -93,7 +101,7 @@ func (c *conn) Run(context.Context) error {
 	if c.closed {
 		return nil
 	}
-	if c.held != nil {
+	if c.holding {
 		if !c.cl.ReleaseHold() {
 			return nil
 		}

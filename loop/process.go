@@ -25,7 +25,7 @@ const directBody = 16 << 10
 // output backs up, or at quit.
 func (s *Server) process(c *conn) gnet.Action {
 	gc := c.gc
-	if c.held != nil {
+	if c.holding {
 		return s.checkInputCap(c) // replies wait for the binlog; so does input
 	}
 	// The loop's reply batch must be empty whenever we leave: it is shared
