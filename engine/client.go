@@ -228,15 +228,15 @@ func (c *Client) Close() {
 	}
 	c.mu.Unlock()
 
-	if c.waitState == nil {
-		// Never waited: nothing is queued.
-	} else if st := c.wstate.Load(); st&stateMask == waiting && c.claim(st>>stateBits, cancelled) {
-		c.finishWait(c)
-	} else {
-		// A put on another loop may have claimed the wait after we set
-		// closed, then skipped us without unlinking: do it here (it is
-		// idempotent) so no node of a closed client stays queued.
-		c.unlinkNodes()
+	if c.waitState != nil { // else it never waited: nothing is queued
+		if st := c.wstate.Load(); st&stateMask == waiting && c.claim(st>>stateBits, cancelled) {
+			c.finishWait(c)
+		} else {
+			// A put on another loop may have claimed the wait after we set
+			// closed, then skipped us without unlinking: do it here (it is
+			// idempotent) so no node of a closed client stays queued.
+			c.unlinkNodes()
+		}
 	}
 	now := c.e.mono()
 	for _, j := range held {
