@@ -38,8 +38,18 @@ type floor struct {
 	gnet.BuiltinEventEngine
 }
 
+// OnOpen gives each connection a reply buffer of its own, reused for every
+// batch, so the floor allocates only the job bodies it must keep.
+func (*floor) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	c.SetContext(&replies{})
+	return nil, gnet.None
+}
+
+type replies struct{ buf []byte }
+
 func (*floor) OnTraffic(c gnet.Conn) gnet.Action {
-	var out []byte
+	r := c.Context().(*replies)
+	out := r.buf[:0]
 	for {
 		buf, _ := c.Peek(-1)
 		eol := bytes.Index(buf, []byte("\r\n"))
@@ -74,8 +84,9 @@ func (*floor) OnTraffic(c gnet.Conn) gnet.Action {
 			j := queue[0]
 			queue = queue[1:]
 			mu.Unlock()
-			out = fmt.Appendf(out, "RESERVED %d %d\r\n", j.id, len(j.body))
-			out = append(append(out, j.body...), "\r\n"...)
+			out = strconv.AppendUint(append(out, "RESERVED "...), j.id, 10)
+			out = strconv.AppendInt(append(out, ' '), int64(len(j.body)), 10)
+			out = append(append(append(out, "\r\n"...), j.body...), "\r\n"...)
 		case bytes.HasPrefix(line, []byte("delete ")):
 			out = append(out, "DELETED\r\n"...)
 		case bytes.Equal(line, []byte("list-tube-used")):
@@ -93,8 +104,9 @@ func (*floor) OnTraffic(c gnet.Conn) gnet.Action {
 	}
 flush:
 	if len(out) > 0 {
-		_, _ = c.Write(out)
+		_, _ = c.Write(out) // written or copied by gnet: out can be reused
 	}
+	r.buf = out
 	return gnet.None
 }
 
