@@ -22,20 +22,6 @@ const (
 	DeadlineSoon                // DEADLINE_SOON
 )
 
-// Wait states, in the low bits of Client.wstate; the high bits hold the
-// generation of the wait, so a node queued for an earlier wait can never
-// claim a later one.
-const (
-	idle uint64 = iota
-	waiting
-	woke // a job was assigned
-	wokeTimedOut
-	wokeDeadlineSoon
-	cancelled
-	stateBits = 3
-	stateMask = 1<<stateBits - 1
-)
-
 // Client is the engine's view of one connection. The fields in the first
 // group belong to the connection's event loop; mu guards the reserved list,
 // which timers and other loops also change.
@@ -78,15 +64,6 @@ type waitState struct {
 	timer     *time.Timer
 }
 
-// journalState counts the binlog records appended for this client and not
-// yet durable, and whether its loop holds replies until they are.
-type journalState struct {
-	pending atomic.Int64
-	holding atomic.Bool
-	durable func(error) // c.onDurable, bound once
-	rec     []byte      // scratch for encoding records
-}
-
 // Margin is the safety margin before a TTR deadline in which a reserve is
 // answered DEADLINE_SOON.
 const Margin = int64(time.Second)
@@ -97,7 +74,7 @@ func (e *Engine) NewClient(shard int, w Waker) *Client {
 	c := &Client{e: e, shard: shard, waker: w}
 	if e.jl != nil {
 		c.journalState = &journalState{}
-		c.durable = c.onDurable
+		c.wakeAt.Store(noWake)
 	}
 	c.use = e.reg.acquire(e, e.defaultTube.nameBytes, true)
 	c.watchBuf[0] = e.reg.acquire(e, e.defaultTube.nameBytes, false)

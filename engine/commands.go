@@ -7,51 +7,87 @@ import (
 )
 
 // Put creates a job with a fresh id from NextID in the used tube. delay and
-// ttr are as given on the wire; a ttr below 1 s becomes 1 s. An error means
-// the binlog refused the record (OUT_OF_MEMORY) and no job was made.
+// ttr are as given on the wire; a ttr below 1 s becomes 1 s. An error
+// (ErrNoRoom, ErrLogFailed) means no job was made.
+//
+// With a binlog the job is published (put in the id table and its tube's
+// heaps, where reserves, peeks and stats see it) only once its record is
+// as durable as the -f flags promise: no client can be handed a job that a
+// crash would then take back. The putting client's later commands that
+// read shared state wait for that too (the loop's rule), so it never
+// misses its own job.
 func (c *Client) Put(id uint64, pri uint32, delay, ttr time.Duration, body []byte) (*Job, error) {
 	if ttr < time.Second {
 		ttr = time.Second
 	}
 	wall := time.Now()
-	now := int64(wall.Sub(c.e.base))
 	t := c.use
 	j := &Job{ID: id, Tube: t, Body: body, Pri: pri, heapIndex: -1,
 		delay: int64(delay), ttr: int64(ttr), createdAt: wall.UnixNano()}
-	// In the table first: once the tube has it, a waiter on another loop
-	// may be handed the job and act on its id before Put returns.
-	c.e.jobs.Put(j)
-	var cl claims
-	state := Ready
 	if delay > 0 {
-		state = Delayed
-		j.deadline = now + int64(delay)
+		j.deadline = int64(wall.Sub(c.e.base)) + int64(delay)
 	}
+	if c.e.jl == nil {
+		c.e.publish(j, c.shard)
+		return j, nil
+	}
+	r := persist.Job{ID: id, Tube: t.Name, Pri: pri, State: persist.StateReady,
+		Delay: delay, TTR: ttr, CreatedAt: j.createdAt, Body: body}
+	if delay > 0 {
+		r.State, r.Deadline = persist.StateDelayed, c.e.wall(j.deadline)
+	}
+	// The job keeps its tube alive while it waits for the log, and it
+	// names its putter for the ack. The ack may run before Put returns.
 	t.mu.Lock()
-	if c.e.jl != nil {
-		j.state = state
-		r := c.e.record(j)
-		c.rec = persist.AppendFull(c.rec[:0], &r)
-		if err := c.journal(c.rec); err != nil {
-			t.mu.Unlock()
-			c.e.jobs.Delete(id)
-			return nil, err
-		}
-	}
 	t.jobs++
+	t.mu.Unlock()
+	j.owner = c
+	c.appended.Add(1)
+	if err := c.e.jl.Put(&r, (*putAck)(j)); err != nil {
+		c.appended.Add(^uint64(0))
+		c.e.unpublished(j)
+		return nil, c.e.refused(err)
+	}
+	return j, nil
+}
+
+// publish makes a new job visible to every client: in the id table first
+// (once the tube has it, a waiter on another loop may be handed the job
+// and act on its id at once), then in its tube, serving waiters.
+func (e *Engine) publish(j *Job, shard int) {
+	e.jobs.Put(j)
+	t := j.Tube
+	now := e.mono()
+	var cl claims
+	t.mu.Lock()
+	if e.jl == nil {
+		t.jobs++ // with a binlog, counted when the put was logged
+	}
 	t.totalJobs++
-	if state == Delayed {
-		t.insert(j, Delayed, c.shard)
+	if j.delay > 0 {
+		t.insert(j, Delayed, shard)
 	} else {
-		t.insert(j, Ready, c.shard)
+		t.insert(j, Ready, shard)
 		if t.waiters.head != nil {
-			t.serveWaiters(now, c.shard, &cl)
+			t.serveWaiters(now, shard, &cl)
 		}
 	}
 	t.mu.Unlock()
-	c.e.ctr.add(c.shard, cTotalJobs, 1)
+	e.ctr.add(shard, cTotalJobs, 1)
 	cl.deliver(nil)
-	return j, nil
+}
+
+// unpublished drops a put whose record was refused or failed: it never
+// existed for anyone.
+func (e *Engine) unpublished(j *Job) {
+	t := j.Tube
+	t.mu.Lock()
+	t.jobs--
+	empty := t.jobs == 0
+	t.mu.Unlock()
+	if empty {
+		e.reg.maybeFree(t)
+	}
 }
 
 // lockJob finds job id and locks its tube. It returns nil (and holds no
@@ -80,26 +116,27 @@ func (c *Client) lockReserved(id uint64) *Job {
 }
 
 // Delete removes a job that is ready, delayed, buried, or reserved by c.
-// An error means the binlog failed to take the record (INTERNAL_ERROR);
-// the job is deleted all the same, as upstream.
+// An error (ErrLogFailed) means the binlog could not take the record and
+// nothing changed.
 func (c *Client) Delete(id uint64) (bool, error) {
 	j := c.e.lockJob(id)
 	if j == nil {
 		return false, nil
 	}
 	t := j.Tube
-	if j.state == Reserved {
-		if j.owner != c {
+	if j.state == Reserved && j.owner != c {
+		t.mu.Unlock()
+		return false, nil
+	}
+	if c.e.jl != nil {
+		if err := c.logged(c.e.jl.Delete(id, c.ack())); err != nil {
 			t.mu.Unlock()
-			return false, nil
+			return true, err
 		}
+	}
+	if j.state == Reserved {
 		c.unlinkReserved(j)
 		j.owner = nil
-	}
-	var err error
-	if c.e.jl != nil {
-		c.rec = persist.AppendDelete(c.rec[:0], id)
-		err = c.journal(c.rec)
 	}
 	t.remove(j, c.shard)
 	j.state = Deleted
@@ -111,12 +148,12 @@ func (c *Client) Delete(id uint64) (bool, error) {
 	if empty {
 		c.e.reg.maybeFree(t)
 	}
-	return true, err
+	return true, nil
 }
 
 // Release gives back a job c holds, with a new priority and delay.
-// An error means the binlog refused the record (OUT_OF_MEMORY): nothing
-// changed. Unlike upstream, a release with delay 0 is logged too, so its
+// An error (ErrNoRoom, ErrLogFailed) means the binlog refused the record:
+// nothing changed. Unlike upstream, a release with delay 0 is logged too, so its
 // new priority survives a restart (#597).
 func (c *Client) Release(id uint64, pri uint32, delay time.Duration) (bool, error) {
 	j := c.lockReserved(id)
@@ -132,8 +169,7 @@ func (c *Client) Release(id uint64, pri uint32, delay time.Duration) (bool, erro
 		}
 		cnt := j.counters()
 		cnt.Releases++
-		c.rec = persist.AppendRelease(c.rec[:0], id, pri, delay, deadline, cnt)
-		if err := c.journal(c.rec); err != nil {
+		if err := c.logged(c.e.jl.Release(id, pri, delay, deadline, cnt, c.ack())); err != nil {
 			t.mu.Unlock()
 			return true, err
 		}
@@ -160,7 +196,7 @@ func (c *Client) Release(id uint64, pri uint32, delay time.Duration) (bool, erro
 }
 
 // Bury moves a job c holds to the tail of its tube's buried list.
-// An error means the binlog refused the record (OUT_OF_MEMORY).
+// An error (ErrNoRoom, ErrLogFailed) means nothing changed.
 func (c *Client) Bury(id uint64, pri uint32) (bool, error) {
 	j := c.lockReserved(id)
 	if j == nil {
@@ -170,8 +206,7 @@ func (c *Client) Bury(id uint64, pri uint32) (bool, error) {
 	if c.e.jl != nil {
 		cnt := j.counters()
 		cnt.Buries++
-		c.rec = persist.AppendBury(c.rec[:0], id, pri, t.buriedSeq+1, cnt)
-		if err := c.journal(c.rec); err != nil {
+		if err := c.logged(c.e.jl.Bury(id, pri, t.buriedSeq+1, cnt, c.ack())); err != nil {
 			t.mu.Unlock()
 			return true, err
 		}
@@ -226,8 +261,7 @@ func (c *Client) kickLocked(t *Tube, j *Job) error {
 	if c.e.jl != nil {
 		cnt := j.counters()
 		cnt.Kicks++
-		c.rec = persist.AppendKick(c.rec[:0], j.ID, cnt)
-		if err := c.journal(c.rec); err != nil {
+		if err := c.logged(c.e.jl.Kick(j.ID, cnt, c.ack())); err != nil {
 			return err
 		}
 	}
@@ -239,35 +273,34 @@ func (c *Client) kickLocked(t *Tube, j *Job) error {
 }
 
 // Kick kicks up to n jobs in the used tube: buried ones if there are any
-// (oldest first), otherwise delayed ones (soonest first).
-func (c *Client) Kick(n uint32) uint32 {
+// (oldest first), otherwise delayed ones (soonest first). It stops early
+// if the binlog refuses a record; err is that refusal.
+func (c *Client) Kick(n uint32) (k uint32, err error) {
 	t := c.use
 	var cl claims
-	var k uint32
 	t.mu.Lock()
 	if t.buried.head != nil {
-		for ; k < n && t.buried.head != nil; k++ {
-			if c.kickLocked(t, t.buried.head) != nil {
-				break
-			}
+		for ; k < n && t.buried.head != nil && err == nil; k++ {
+			err = c.kickLocked(t, t.buried.head)
 		}
 	} else {
-		for ; k < n && t.delay.Len() > 0; k++ {
-			if c.kickLocked(t, t.delay.Top()) != nil {
-				break
-			}
+		for ; k < n && t.delay.Len() > 0 && err == nil; k++ {
+			err = c.kickLocked(t, t.delay.Top())
 		}
+	}
+	if err != nil {
+		k--
 	}
 	if k > 0 && t.waiters.head != nil {
 		t.serveWaiters(c.e.mono(), c.shard, &cl)
 	}
 	t.mu.Unlock()
 	cl.deliver(nil)
-	return k
+	return k, err
 }
 
-// KickJob kicks one buried or delayed job in any tube. An error means the
-// binlog refused the record (OUT_OF_MEMORY).
+// KickJob kicks one buried or delayed job in any tube. An error (ErrNoRoom,
+// ErrLogFailed) means nothing changed.
 func (c *Client) KickJob(id uint64) (bool, error) {
 	j := c.e.lockJob(id)
 	if j == nil {

@@ -24,7 +24,7 @@ type Engine struct {
 	draining    atomic.Bool
 	baseWall    int64 // wall-clock ns at base
 	jl          Journal
-	logErr      atomic.Value
+	logFailure  atomic.Pointer[string] // the binlog's first failure
 }
 
 // New makes an engine for a server with the given number of event loops.

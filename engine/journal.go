@@ -1,24 +1,158 @@
 package engine
 
 import (
+	"errors"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/beanpole/beanpole/persist"
 )
 
-// Journal is the binlog as the engine sees it (persist.Log implements it).
-// Records are appended while the job's tube lock is held, so each job's
-// records reach the log in the order its changes happened; done runs once
-// the record is as durable as the -f flags promise.
+// Journal is the log behind the engine: one typed call per kind of change
+// (persist.Log implements it; the engine's tests use a fake). Records are
+// appended while the job's tube lock is held, so each job's records reach
+// the log in the order its changes happened. A call that returns an error
+// queued nothing and the engine changes nothing; otherwise ack is told,
+// exactly once and in append order, when the record is as durable as the
+// -f flags promise or that it never will be.
 type Journal interface {
-	Append(rec []byte, done func(error)) error
+	Put(j *persist.Job, ack persist.Ack) error
+	Delete(id uint64, ack persist.Ack) error
+	Release(id uint64, pri uint32, delay time.Duration, deadline int64, c persist.Counters, ack persist.Ack) error
+	Bury(id uint64, pri uint32, buriedSeq uint64, c persist.Counters, ack persist.Ack) error
+	Kick(id uint64, c persist.Counters, ack persist.Ack) error
+	// Rewrite appends a fresh full record of a live job (compaction).
+	Rewrite(j *persist.Job) error
+	// FileOf is the binlog file of a job's latest full record (stats-job).
 	FileOf(id uint64) uint64
 }
+
+// Errors a change can fail with when there is a binlog. Nothing changed.
+var (
+	// ErrNoRoom: the log has no room for the record (disk full). Puts,
+	// releases, buries and kicks answer OUT_OF_MEMORY, as upstream.
+	ErrNoRoom = errors.New("binlog has no room for the record")
+	// ErrLogFailed: a write or fsync failed earlier, so no change can be
+	// promised durable any more. Every change answers INTERNAL_ERROR.
+	ErrLogFailed = errors.New("binlog failed: changes are refused")
+)
 
 // SetJournal makes every acknowledged change go through j. It must be
 // called before any client exists.
 func (e *Engine) SetJournal(j Journal) { e.jl = j }
+
+// journalState is a client's view of its own records in the log. seq
+// numbers count the client's records from 1; acks arrive in that order.
+type journalState struct {
+	appended atomic.Uint64 // written by the client's loop only
+	acked    atomic.Uint64 // written by the log's writer only
+	// failedAt is the seq of the client's first record whose write or
+	// fsync failed (0: none). It is set before acked passes it.
+	failedAt atomic.Uint64
+	// wakeAt: the writer wakes the loop when acked reaches it. The loop
+	// sets it; the writer swaps it to noWake when it wakes, so one wake is
+	// sent per request.
+	wakeAt atomic.Uint64
+}
+
+const noWake = ^uint64(0)
+
+// Durability reports the client's record counts: appended so far (by its
+// own loop), acknowledged by the log, and the seq of the first that failed
+// (0 if none). Replies that depend on records up to seq n may be sent once
+// acked >= n; if failedAt != 0 and failedAt <= n they must not claim
+// success.
+func (c *Client) Durability() (appended, acked, failedAt uint64) {
+	if c.journalState == nil {
+		return 0, 0, 0
+	}
+	// failedAt is stored before acked: load acked first.
+	acked = c.acked.Load()
+	return c.appended.Load(), acked, c.failedAt.Load()
+}
+
+// WakeWhenAcked asks for a Wake once the log has acknowledged the
+// client's records up to seq. It reports false if they already are (then
+// no wake may come: the caller goes on itself).
+func (c *Client) WakeWhenAcked(seq uint64) bool {
+	c.wakeAt.Store(seq)
+	if c.acked.Load() >= seq {
+		c.wakeAt.CompareAndSwap(seq, noWake)
+		return false
+	}
+	return true
+}
+
+// logged finishes an append made on c's behalf: err is the log's answer.
+func (c *Client) logged(err error) error {
+	if err != nil {
+		return c.e.refused(err)
+	}
+	c.appended.Add(1)
+	return nil
+}
+
+// ack is c's ack for a record that is not a put.
+func (c *Client) ack() persist.Ack { return (*clientAck)(c) }
+
+// refused maps a log error to what the engine reports.
+func (e *Engine) refused(err error) error {
+	if errors.Is(err, persist.ErrNoSpace) {
+		return ErrNoRoom
+	}
+	e.noteFailure(err)
+	return ErrLogFailed
+}
+
+// noteFailure records the log's first failure.
+func (e *Engine) noteFailure(err error) {
+	msg := err.Error()
+	e.logFailure.CompareAndSwap(nil, &msg)
+}
+
+// LogFailure is the first binlog failure seen, or "" while the log is
+// healthy.
+func (e *Engine) LogFailure() string {
+	if p := e.logFailure.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// clientAck is a client's ack for records that only need counting.
+type clientAck Client
+
+func (a *clientAck) Durable(err error) { (*Client)(a).acknowledged(err) }
+
+// acknowledged runs on the log's writer for each of c's records, in order.
+func (c *Client) acknowledged(err error) {
+	seq := c.acked.Load() + 1
+	if err != nil {
+		c.e.noteFailure(err)
+		c.failedAt.CompareAndSwap(0, seq)
+	}
+	c.acked.Store(seq)
+	if w := c.wakeAt.Load(); seq >= w && c.wakeAt.CompareAndSwap(w, noWake) {
+		c.waker.Wake(c)
+	}
+}
+
+// putAck is a new job's ack: the job is published (made visible to every
+// client) once its record is durable, and dropped if it never will be.
+type putAck Job
+
+func (a *putAck) Durable(err error) {
+	j := (*Job)(a)
+	c := j.owner
+	j.owner = nil
+	if err != nil {
+		c.e.unpublished(j)
+	} else {
+		c.e.publish(j, 0) // the writer's counters share the timers' shard
+	}
+	c.acknowledged(err)
+}
 
 // wall converts the engine's monotonic time to wall-clock ns for the log:
 // a restart cannot resume a monotonic clock.
@@ -45,65 +179,17 @@ func (j *Job) counters() persist.Counters {
 		Releases: j.releases, Buries: j.buries, Kicks: j.kicks}
 }
 
-// journal appends rec on behalf of c: c's replies wait until it is durable
-// (see HoldIfUndurable). Without a binlog it does nothing.
-func (c *Client) journal(rec []byte) error {
-	if c.e.jl == nil {
-		return nil
-	}
-	c.pending.Add(1)
-	if err := c.e.jl.Append(rec, c.durable); err != nil {
-		c.pending.Add(-1)
-		c.e.logErr.Store(err)
-		return err
-	}
-	return nil
-}
-
-// onDurable runs on the log's writer goroutine.
-func (c *Client) onDurable(err error) {
-	if err != nil {
-		c.e.logErr.Store(err)
-	}
-	if c.pending.Add(-1) == 0 && c.holding.Load() {
-		c.waker.Wake(c)
-	}
-}
-
-// HoldIfUndurable is called by the loop before it sends a batch of replies:
-// true means some of them acknowledge records not yet durable, so they must
-// wait; the Waker is called when they may go (then ReleaseHold is true).
-func (c *Client) HoldIfUndurable() bool {
-	if c.journalState == nil || c.pending.Load() == 0 {
-		return false
-	}
-	c.holding.Store(true)
-	// The last record may have become durable before holding was set, in
-	// which case nobody will wake us: take the hold back ourselves.
-	if c.pending.Load() == 0 && c.holding.CompareAndSwap(true, false) {
-		return false
-	}
-	return true
-}
-
-// ReleaseHold reports whether held replies may now be sent.
-func (c *Client) ReleaseHold() bool {
-	return c.journalState == nil || c.pending.Load() == 0 && c.holding.CompareAndSwap(true, false)
-}
-
 // Rewrite is the log's compaction hook: it appends a fresh full record for
 // each job that still exists, under the job's tube lock like every other
 // record of that job.
 func (e *Engine) Rewrite(ids []uint64) {
-	var buf []byte
 	for _, id := range ids {
 		j := e.lockJob(id)
 		if j == nil {
 			continue
 		}
 		r := e.record(j)
-		buf = persist.AppendFull(buf[:0], &r)
-		_ = e.jl.Append(buf, nil)
+		_ = e.jl.Rewrite(&r)
 		j.Tube.mu.Unlock()
 	}
 }
@@ -114,14 +200,6 @@ func (e *Engine) fileOf(id uint64) uint64 {
 		return 0
 	}
 	return e.jl.FileOf(id)
-}
-
-// LogError is the last binlog error seen, if any.
-func (e *Engine) LogError() error {
-	if v := e.logErr.Load(); v != nil {
-		return v.(error)
-	}
-	return nil
 }
 
 // Restore loads the jobs recovered from the binlog, before any client

@@ -2,6 +2,42 @@ package engine
 
 import "time"
 
+// The reserve wait, one per client at a time. Client.wstate holds the state
+// in its low bits and the wait's generation above them, so a node queued
+// for an earlier wait can never claim a later one. Every move out of
+// waiting is a CAS, so exactly one party ends a wait.
+//
+//	state            | moved by                         | to                 | under
+//	-----------------+----------------------------------+--------------------+------------------
+//	idle             | park (the client's loop)         | waiting            | none (the loop owns an idle client)
+//	waiting          | serveWaiters (any loop, timer,   | claiming           | the serving tube's lock
+//	                 |   log writer publishing a put)   |                    |
+//	waiting          | onTimer (timer goroutine)        | wokeTimedOut,      | none (CAS)
+//	                 |                                  |   wokeDeadlineSoon |
+//	waiting          | CancelWait, Close (client's loop)| cancelled          | none (CAS)
+//	claiming         | serveWaiters, after it stored    | woke               | the tube's lock and c.mu
+//	                 |   the job in wjob                |                    |
+//	woke, wokeTimed- | TakeWakeup (client's loop), after| idle               | none
+//	  Out, wokeDead- |   the waker's Wake               |                    |
+//	  lineSoon       |                                  |                    |
+//
+// claiming exists so that the job is stored before anyone can see woke:
+// TakeWakeup treats claiming like waiting (the claimer wakes the loop once
+// it is done). Whoever ends a wait (other than the client itself) unlinks
+// the client's nodes from every tube (finishWait) and then calls the
+// Waker; cWaiting drops at the CAS out of waiting.
+const (
+	idle uint64 = iota
+	waiting
+	claiming // a job is being assigned: the claimer is storing it
+	woke     // a job was assigned
+	wokeTimedOut
+	wokeDeadlineSoon
+	cancelled
+	stateBits = 3
+	stateMask = 1<<stateBits - 1
+)
+
 // Reserve runs reserve (timeout < 0) or reserve-with-timeout. It answers at
 // once when it can; otherwise it parks the client on every watched tube and
 // returns Parked, and the Waker is called exactly once with the answer.
@@ -211,8 +247,10 @@ func (c *Client) TakeWakeup() (*Job, Outcome) {
 		return nil, Parked // never waited
 	}
 	st := c.wstate.Load()
-	if st&stateMask == waiting {
-		return nil, Parked // woken for another reason (the binlog): keep waiting
+	if s := st & stateMask; s == waiting || s == claiming {
+		// Woken for another reason (the binlog), or the claimer has not
+		// stored the job yet (it wakes us when it has): keep waiting.
+		return nil, Parked
 	}
 	c.wstate.Store(st &^ stateMask) // idle, same generation
 	switch st & stateMask {

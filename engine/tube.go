@@ -190,12 +190,13 @@ func (t *Tube) serveWaiters(now int64, shard int, cl *claims) {
 			return
 		}
 		c := n.c
-		if !c.claim(n.gen, woke) {
+		if !c.claim(n.gen, claiming) {
 			continue // its wait already ended through another tube
 		}
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
+			c.wstate.Store(n.gen<<stateBits | cancelled)
 			continue
 		}
 		j := t.ready.Top()
@@ -203,6 +204,9 @@ func (t *Tube) serveWaiters(now int64, shard int, cl *claims) {
 		t.reserveLocked(j, c, now, shard)
 		c.wjob = j
 		c.mu.Unlock()
+		// Only now may the client's loop see the job (see the table in
+		// reserve.go).
+		c.wstate.Store(n.gen<<stateBits | woke)
 		cl.add(c)
 	}
 }

@@ -3,6 +3,7 @@ package loop
 import (
 	"context"
 
+	"github.com/beanpole/beanpole/codec"
 	"github.com/beanpole/beanpole/engine"
 	"github.com/panjf2000/gnet/v2"
 )
@@ -29,9 +30,10 @@ type conn struct {
 	parked    bool // a reserve is waiting: input after it stays buffered
 	throttled bool // too much unsent output: input waits
 	closed    bool // OnClose ran: never touch gc again
-	// holding: replies wait in held for their binlog records to be
-	// durable; input waits too, so replies stay in order.
-	holding bool
+	// awaiting: the next command reads shared state and the connection's
+	// own binlog records are not all durable yet, so it waits for them
+	// (input after it stays buffered); see mustAwait.
+	awaiting bool
 
 	held *heldReplies // allocated at the first hold (only with -b)
 
@@ -40,7 +42,22 @@ type conn struct {
 	*putState
 }
 
-type heldReplies struct{ bufs [][]byte }
+// heldReplies are replies that wait for the binlog, in order. Each entry
+// is one command's reply (or a run of replies with no records of their
+// own) and may be sent once the client's records up to its seq `to` are
+// acknowledged; if one of its own records (from, to] failed, it is
+// answered INTERNAL_ERROR instead.
+type heldReplies struct {
+	bufs    [][]byte // header copies and body references
+	entries []heldEntry
+}
+
+type heldEntry struct {
+	end      int // bufs[previous end:end]
+	from, to uint64
+}
+
+func (h *heldReplies) pending() bool { return h != nil && len(h.entries) > 0 }
 
 type putState struct {
 	put  putHeader
@@ -48,37 +65,64 @@ type putState struct {
 	skip uint64 // body bytes of a too-big put still to drop
 }
 
-// hold moves the loop's reply batch into c.held: the headers are copied
-// (the batch is reused), job bodies are referenced (they are immutable).
-func (c *conn) hold() {
+// hold moves the replies batched since p (one command's, which appended
+// the client's records (from, to]) to the end of c.held.
+func (c *conn) hold(p outPos, from, to uint64) {
 	if c.held == nil {
 		c.held = &heldReplies{}
 	}
 	h := c.held
-	o := &c.ls.out
-	for i, b := range o.iov {
-		if i%2 == 0 { // header chunks alternate with bodies
-			b = append([]byte(nil), b...)
-		}
-		h.bufs = append(h.bufs, b)
-	}
-	if o.mark < len(o.buf) {
-		h.bufs = append(h.bufs, append([]byte(nil), o.buf[o.mark:]...))
-	}
-	c.holding = true
-	o.reset()
+	h.bufs = c.ls.out.takeSince(p, h.bufs)
+	h.entries = append(h.entries, heldEntry{end: len(h.bufs), from: from, to: to})
 }
 
-func (c *conn) writeHeld() {
+// sendHeld writes, in order, every held reply whose records are
+// acknowledged, and arranges a wake-up for the next one. It reports
+// whether replies are still held.
+func (c *conn) sendHeld() bool {
 	h := c.held
-	for sent := 0; sent < len(h.bufs) && !c.closed; {
-		n := min(len(h.bufs)-sent, maxIOV)
-		_, _ = c.gc.Writev(h.bufs[sent : sent+n])
+	for h.pending() && !c.closed {
+		_, acked, failedAt := c.cl.Durability()
+		w := c.ls.iov[:0]
+		k, start := 0, 0
+		for ; k < len(h.entries) && h.entries[k].to <= acked; k++ {
+			e := h.entries[k]
+			if failedAt != 0 && e.from < e.to && failedAt <= e.to {
+				// Never acknowledge what the log did not keep.
+				w = append(w, codec.RepInternalError)
+			} else {
+				w = append(w, h.bufs[start:e.end]...)
+			}
+			start = e.end
+		}
+		if k == 0 {
+			if c.cl.WakeWhenAcked(h.entries[0].to) {
+				return true
+			}
+			continue // acknowledged meanwhile
+		}
+		c.writeBufs(w)
+		clear(w)
+		c.ls.iov = w[:0]
+		n := copy(h.bufs, h.bufs[start:])
+		clear(h.bufs[n:]) // let the bodies go
+		h.bufs = h.bufs[:n]
+		m := copy(h.entries, h.entries[k:])
+		h.entries = h.entries[:m]
+		for i := range h.entries {
+			h.entries[i].end -= start
+		}
+	}
+	return false
+}
+
+// writeBufs writes bufs in writev calls of at most maxIOV slices.
+func (c *conn) writeBufs(bufs [][]byte) {
+	for sent := 0; sent < len(bufs) && !c.closed; {
+		n := min(len(bufs)-sent, maxIOV)
+		_, _ = c.gc.Writev(bufs[sent : sent+n])
 		sent += n
 	}
-	clear(h.bufs) // let the bodies go
-	h.bufs = h.bufs[:0]
-	c.holding = false
 }
 
 type putHeader struct {
@@ -96,27 +140,10 @@ func (c *conn) Wake(*engine.Client) {
 }
 
 // Run is the loop-side half of Wake: a parked reserve has its answer, or
-// held replies became durable.
+// binlog records became durable.
 func (c *conn) Run(context.Context) error {
 	if c.closed {
 		return nil
-	}
-	if c.holding {
-		if !c.cl.ReleaseHold() {
-			return nil
-		}
-		c.writeHeld()
-		if c.closed {
-			return nil
-		}
-	}
-	if c.parked {
-		j, outcome := c.cl.TakeWakeup()
-		if outcome == engine.Parked {
-			return nil
-		}
-		c.parked = false
-		c.s.reserveReply(c, j, outcome)
 	}
 	if c.s.process(c) == gnet.Close && !c.closed {
 		_ = c.gc.Close()

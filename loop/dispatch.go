@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"errors"
 	"time"
 
 	"github.com/beanpole/beanpole/codec"
@@ -8,11 +9,9 @@ import (
 	"github.com/panjf2000/gnet/v2"
 )
 
-// dispatch runs one command line. Replies go to the loop's batch.
-func (s *Server) dispatch(c *conn, line []byte) gnet.Action {
-	var cmd codec.Command
+// dispatch runs one parsed command line. Replies go to the loop's batch.
+func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Action {
 	out := &c.ls.out
-	st := codec.Parse(line, &cmd)
 	switch st {
 	case codec.Unknown:
 		out.buf = append(out.buf, codec.RepUnknownCommand...)
@@ -71,20 +70,24 @@ func (s *Server) dispatch(c *conn, line []byte) gnet.Action {
 		}
 	case codec.OpDelete:
 		ok, err := cl.Delete(cmd.ID)
-		s.okErr(out, ok, err, codec.RepDeleted, codec.RepInternalError)
+		s.okErr(out, ok, err, codec.RepDeleted)
 	case codec.OpRelease:
 		ok, err := cl.Release(cmd.ID, cmd.Pri, time.Duration(cmd.Delay)*time.Second)
-		s.okErr(out, ok, err, codec.RepReleased, codec.RepOutOfMemory)
+		s.okErr(out, ok, err, codec.RepReleased)
 	case codec.OpBury:
 		ok, err := cl.Bury(cmd.ID, cmd.Pri)
-		s.okErr(out, ok, err, codec.RepBuried, codec.RepOutOfMemory)
+		s.okErr(out, ok, err, codec.RepBuried)
 	case codec.OpTouch:
 		s.ok(out, cl.Touch(cmd.ID), codec.RepTouched)
 	case codec.OpKick:
-		out.buf = codec.AppendKicked(out.buf, uint64(cl.Kick(cmd.Bound)))
+		if k, err := cl.Kick(cmd.Bound); k == 0 && err != nil {
+			out.buf = append(out.buf, refusal(err)...)
+		} else {
+			out.buf = codec.AppendKicked(out.buf, uint64(k))
+		}
 	case codec.OpKickJob:
 		ok, err := cl.KickJob(cmd.ID)
-		s.okErr(out, ok, err, codec.RepKicked, codec.RepOutOfMemory)
+		s.okErr(out, ok, err, codec.RepKicked)
 	case codec.OpPeek:
 		s.found(out, s.eng.Peek(cmd.ID))
 	case codec.OpPeekReady:
@@ -152,16 +155,25 @@ func (s *Server) ok(out *output, ok bool, reply []byte) {
 	}
 }
 
-// okErr answers a command that may also fail in the binlog.
-func (s *Server) okErr(out *output, ok bool, err error, reply, failed []byte) {
+// okErr answers a command that may also be refused by the binlog.
+func (s *Server) okErr(out *output, ok bool, err error, reply []byte) {
 	switch {
 	case !ok:
 		out.buf = append(out.buf, codec.RepNotFound...)
 	case err != nil:
-		out.buf = append(out.buf, failed...)
+		out.buf = append(out.buf, refusal(err)...)
 	default:
 		out.buf = append(out.buf, reply...)
 	}
+}
+
+// refusal is the reply to a change the binlog refused: OUT_OF_MEMORY for
+// a full disk, as upstream; INTERNAL_ERROR once the log has failed.
+func refusal(err error) []byte {
+	if errors.Is(err, engine.ErrNoRoom) {
+		return codec.RepOutOfMemory
+	}
+	return codec.RepInternalError
 }
 
 func (s *Server) found(out *output, j *engine.Job) {
@@ -204,8 +216,8 @@ func (s *Server) finishPut(c *conn) {
 	p := c.put
 	j, err := c.cl.Put(p.id, p.pri, time.Duration(p.delay)*time.Second, time.Duration(p.ttr)*time.Second, body)
 	if err != nil {
-		// The binlog has no room for it (disk full): the id is burned.
-		out.buf = append(out.buf, codec.RepOutOfMemory...)
+		// The binlog refused it (the id is burned).
+		out.buf = append(out.buf, refusal(err)...)
 		return
 	}
 	out.buf = codec.AppendInserted(out.buf, j.ID)

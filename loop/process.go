@@ -4,6 +4,7 @@ import (
 	"bytes"
 
 	"github.com/beanpole/beanpole/codec"
+	"github.com/beanpole/beanpole/engine"
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
 )
@@ -19,27 +20,52 @@ var crlf = []byte("\r\n")
 // wake-up is as cheap.
 const directBody = 16 << 10
 
-// process runs every complete command buffered for c, in order, and sends
-// their replies in one write. It stops early at a reserve that has to wait
-// (the rest stays in gnet's buffer until the reserve is answered), when
-// output backs up, or at quit.
+// process runs c's pass: every complete command buffered for c, in order,
+// with their replies sent in one write. It stops early at a reserve that has
+// to wait (the rest stays in gnet's buffer until the reserve is answered),
+// at a command that must wait for c's binlog records (see mustAwait), when
+// output backs up, or at quit. It is also how a wake-up resumes c.
 func (s *Server) process(c *conn) gnet.Action {
-	gc := c.gc
-	if c.holding {
-		return s.checkInputCap(c) // replies wait for the binlog; so does input
+	out := &c.ls.out
+	out.claim(c)
+	action := s.pass(c)
+	if c.closed {
+		out.discard() // gnet closed it under a write: nothing can be sent
 	}
-	// The loop's reply batch must be empty whenever we leave: it is shared
-	// by every connection of the loop, and a wakeup may have queued a reply
-	// for c before calling us.
-	if c.parked {
-		s.send(c, 0)
-		if c.throttled {
-			// Nothing runs until the reserve is answered; that path
-			// re-checks the output, so the sweeper need not poll us.
-			c.throttled = false
-			s.throttled.remove(c)
+	out.release(c)
+	return action
+}
+
+func (s *Server) pass(c *conn) gnet.Action {
+	gc := c.gc
+	if c.held.pending() {
+		c.sendHeld()
+		if c.closed {
+			return gnet.Close
 		}
-		return s.checkInputCap(c)
+	}
+	if c.parked {
+		j, outcome := c.cl.TakeWakeup()
+		if outcome == engine.Parked {
+			if c.throttled {
+				// Nothing runs until the reserve is answered; that path
+				// re-checks the output, so the sweeper need not poll us.
+				c.throttled = false
+				s.throttled.remove(c)
+			}
+			return s.checkInputCap(c)
+		}
+		c.parked = false
+		p, from := c.ls.out.pos(), c.appended()
+		s.reserveReply(c, j, outcome)
+		s.settle(c, p, from)
+	}
+	if c.awaiting {
+		if appended, acked, _ := c.cl.Durability(); acked < appended {
+			s.send(c, 0)
+			return s.checkInputCap(c) // the log's wake-up resumes us
+		}
+		c.awaiting = false
 	}
 	if c.throttled {
 		if gc.OutboundBuffered() > s.cfg.HighWater/2 {
@@ -54,6 +80,7 @@ func (s *Server) process(c *conn) gnet.Action {
 	off := 0
 	action := gnet.None
 	for off < len(buf) && !c.parked {
+		p, from := out.pos(), c.appended()
 		switch c.phase {
 		case phaseSkip:
 			n := uint64(len(buf) - off)
@@ -96,17 +123,22 @@ func (s *Server) process(c *conn) gnet.Action {
 				}
 				goto done // incomplete line: wait for more
 			}
-			line := window[:i]
+			var cmd codec.Command
+			st := codec.Parse(window[:i], &cmd)
+			if s.mustAwait(c, st, cmd.Op) {
+				c.awaiting = true
+				goto done // the line stays buffered until the log wakes us
+			}
 			off += i + 2
-			if act := s.dispatch(c, line); act != gnet.None {
+			if act := s.dispatch(c, st, &cmd); act != gnet.None {
+				s.settle(c, p, from)
 				action = act
 				goto done
 			}
 		}
+		s.settle(c, p, from)
 		if out.full() {
-			if s.send(c, off) {
-				return action
-			}
+			s.send(c, off)
 			if c.closed {
 				return gnet.Close
 			}
@@ -118,8 +150,9 @@ func (s *Server) process(c *conn) gnet.Action {
 		}
 	}
 done:
-	if s.send(c, off) {
-		return action
+	s.send(c, off)
+	if c.held.pending() {
+		c.sendHeld()
 	}
 	if c.closed || action != gnet.None {
 		return action
@@ -134,23 +167,59 @@ done:
 			s.throttled.add(c)
 		}
 	}
+	if c.awaiting || c.held.pending() || c.parked {
+		return s.checkInputCap(c)
+	}
 	return gnet.None
 }
 
-// send discards the consumed input and writes the batched replies, unless
-// some of them acknowledge binlog records that are not durable yet: then
-// they are held (and so is further input) until the log says they are.
-// It reports whether it held.
-func (s *Server) send(c *conn, consumed int) bool {
+// send discards the consumed input and writes the batched replies (those
+// that wait for the binlog are in c.held, not in the batch).
+func (s *Server) send(c *conn, consumed int) {
 	if consumed > 0 { // never Discard(0): it means "everything" to gnet
 		_, _ = c.gc.Discard(consumed)
 	}
-	if c.cl.HoldIfUndurable() {
-		c.hold()
-		return true
-	}
 	c.ls.out.flush(c.gc)
-	return false
+}
+
+// appended is how many binlog records c's commands have appended so far.
+func (c *conn) appended() uint64 {
+	n, _, _ := c.cl.Durability()
+	return n
+}
+
+// settle runs after each command (p and from taken before it): its reply
+// stays in the batch, to be sent with this pass's write, unless it must
+// wait for the binlog, because the command appended records that are not
+// durable yet or earlier replies are held (replies never overtake each
+// other).
+func (s *Server) settle(c *conn, p outPos, from uint64) {
+	to, acked, _ := c.cl.Durability()
+	if to > acked || c.held.pending() {
+		c.hold(p, from, to)
+	}
+}
+
+// mustAwait is the ordering rule that makes -b safe to pipeline: while
+// some of c's binlog records are not yet durable, a command that reads or
+// changes shared state waits until they are. So a client never observes
+// state its own unacknowledged changes could still take back (its own
+// puts are published only once durable), and a reservation, a delete or a
+// stats reply always follows the durability of what came before it on the
+// connection, as with upstream, which writes each record before it runs
+// the next command. Commands that touch only the connection itself (and
+// put, whose job nobody sees until it is durable) keep running, so a
+// producer can pipeline puts into one group commit.
+func (s *Server) mustAwait(c *conn, st codec.Status, op codec.Op) bool {
+	if st == codec.Unknown || st == codec.BadFormat {
+		return false
+	}
+	switch op {
+	case codec.OpPut, codec.OpUse, codec.OpWatch, codec.OpIgnore, codec.OpListTubeUsed, codec.OpListTubesWatched:
+		return false
+	}
+	appended, acked, _ := c.cl.Durability()
+	return acked < appended && c.cl.WakeWhenAcked(appended)
 }
 
 // keepTrailingCR consumes buf[off:] except a final '\r', which may be the

@@ -60,6 +60,7 @@ type loopState struct {
 	shard int // engine counter shard (1-based)
 	out   output
 	tubes [][]byte // scratch for list-tubes
+	iov   [][]byte // scratch for writing held replies
 	yaml  []byte
 	// cmd counts commands for `stats`; atomics only so `stats` on another
 	// loop may read them: this cache line is written by this loop alone.

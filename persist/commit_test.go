@@ -22,7 +22,7 @@ func TestSyncBeforeAck(t *testing.T) {
 				id := uint64(g*1000 + i + 1)
 				ch := make(chan error, 1)
 				rec := AppendFull(nil, &Job{ID: id, Tube: "t", State: StateReady, Body: []byte("x")})
-				if err := l.Append(rec, func(err error) { fs.event("done"); ch <- err }); err != nil {
+				if err := l.Append(rec, AckFunc(func(err error) { fs.event("done"); ch <- err })); err != nil {
 					t.Error(err)
 					return
 				}
@@ -124,7 +124,7 @@ func TestConcurrentAppenders(t *testing.T) {
 				if pending == cap(inflight) {
 					wait()
 				}
-				if err := l.Append(buf, func(err error) { acks.Add(1); inflight <- err }); err != nil {
+				if err := l.Append(buf, AckFunc(func(err error) { acks.Add(1); inflight <- err })); err != nil {
 					t.Error(err)
 					return
 				}
@@ -134,7 +134,7 @@ func TestConcurrentAppenders(t *testing.T) {
 					if pending == cap(inflight) {
 						wait()
 					}
-					if err := l.Append(buf, func(err error) { acks.Add(1); inflight <- err }); err != nil {
+					if err := l.Append(buf, AckFunc(func(err error) { acks.Add(1); inflight <- err })); err != nil {
 						t.Error(err)
 						return
 					}
@@ -188,7 +188,7 @@ func BenchmarkGroupCommit(b *testing.B) {
 					defer wg.Done()
 					var buf []byte
 					ch := make(chan error, 1)
-					done := func(err error) { ch <- err }
+					done := AckFunc(func(err error) { ch <- err })
 					for left.Add(-1) >= 0 {
 						buf = AppendFull(buf[:0], &Job{ID: uint64(next.Add(1)), Tube: "default", State: StateReady, Body: body})
 						if err := l.Append(buf, done); err != nil {
@@ -219,7 +219,7 @@ func BenchmarkAppend(b *testing.B) {
 		b.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	done := func(error) { wg.Done() }
+	done := AckFunc(func(error) { wg.Done() })
 	job := &Job{Tube: "default", State: StateReady, Body: make([]byte, 100)}
 	var buf []byte
 	b.ReportAllocs()

@@ -27,7 +27,7 @@ func crashChild(dir string) {
 	next := rec.MaxID
 	ack := func(rec []byte) {
 		ch := make(chan error, 1)
-		if err := l.Append(rec, func(err error) { ch <- err }); err != nil {
+		if err := l.Append(rec, AckFunc(func(err error) { ch <- err })); err != nil {
 			panic(err)
 		}
 		if err := <-ch; err != nil {

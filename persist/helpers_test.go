@@ -168,19 +168,19 @@ func (m *model) snapshot(j *Job) {
 func (m *model) appendLocked(rec []byte) (wait func() error, err error) {
 	if m.async {
 		m.wg.Add(1)
-		err := m.l.Append(rec, func(err error) {
+		err := m.l.Append(rec, AckFunc(func(err error) {
 			if err != nil {
 				m.errs.Add(1)
 			}
 			m.wg.Done()
-		})
+		}))
 		if err != nil {
 			m.wg.Done()
 		}
 		return func() error { return err }, err
 	}
 	ch := make(chan error, 1)
-	if err := m.l.Append(rec, func(err error) { ch <- err }); err != nil {
+	if err := m.l.Append(rec, AckFunc(func(err error) { ch <- err })); err != nil {
 		return func() error { return err }, err
 	}
 	return func() error { return <-ch }, nil

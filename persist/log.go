@@ -127,17 +127,29 @@ func Open(opts Options, log zerolog.Logger) (*Log, *Recovered, error) {
 	return l, rec, nil
 }
 
+// Ack is told, exactly once, how a record that Append (or one of the typed
+// appenders) queued ended: err is nil once the record is as durable as the
+// -f flags promise, or the write or fsync error that means it never will
+// be. Durable runs on the log's writer goroutine: it must be quick and must
+// not block, and must not call back into the log except to Append.
+type Ack interface{ Durable(err error) }
+
+// AckFunc adapts a function to Ack.
+type AckFunc func(error)
+
+// Durable calls f.
+func (f AckFunc) Durable(err error) { f(err) }
+
 // Append queues one record, made by AppendFull, AppendDelete, AppendBury,
 // AppendKick or AppendRelease, and returns at once; rec is copied, so the
-// caller may reuse it as soon as Append returns.
+// caller may reuse it as soon as Append returns. The typed appenders (Put,
+// Delete, Release, Bury, Kick, Rewrite) do the encoding themselves.
 //
-// If Append returns an error the record was not queued and done is never
+// If Append returns an error the record was not queued and ack is never
 // called: ErrNoSpace (answer a put with OUT_OF_MEMORY), ErrFailed,
-// ErrClosed or ErrBadRecord. Otherwise done, if not nil, is called exactly
-// once from the log's writer goroutine when the record is durable as
-// promised (see the package documentation), with nil or the write/fsync
-// error. done must be quick and must not block: hand the result back to
-// the caller's own goroutine.
+// ErrClosed or ErrBadRecord. Otherwise ack, if not nil, is called exactly
+// once from the log's writer goroutine (see Ack). Acks are called in the
+// order their records were appended.
 //
 // Records of one job must be appended in the order its changes happen; the
 // simple way is to call Append while holding the lock that guards the job.
@@ -146,17 +158,69 @@ func Open(opts Options, log zerolog.Logger) (*Log, *Recovered, error) {
 //
 // A full record for a job that is already live is a rewrite (compaction):
 // it moves the job's pin to the new record and counts as migrated.
-func (l *Log) Append(rec []byte, done func(error)) error {
+func (l *Log) Append(rec []byte, ack Ack) error {
 	// Validate exactly what recovery will accept, so that an engine bug
 	// fails here instead of showing up as corruption after a restart.
 	var r record
 	if err := decodeRecord(rec, &r); err != nil {
 		return err
 	}
-	k, id := r.kind, r.id
-	if k == kindHighWater || id == 0 {
-		return fmt.Errorf("%w: %v record for job %d", ErrBadRecord, k, id)
+	if r.kind == kindHighWater || r.id == 0 {
+		return fmt.Errorf("%w: %v record for job %d", ErrBadRecord, r.kind, r.id)
 	}
+	return l.place(rec, r.kind, r.id, ack)
+}
+
+// Put queues the full record of a new job.
+func (l *Log) Put(j *Job, ack Ack) error {
+	b := getScratch()
+	*b = AppendFull((*b)[:0], j)
+	err := l.place(*b, kindFull, j.ID, ack)
+	putScratch(b)
+	return err
+}
+
+// Rewrite queues a fresh full record of a live job (Options.Rewrite).
+func (l *Log) Rewrite(j *Job) error { return l.Put(j, nil) }
+
+// Delete queues a delete record.
+func (l *Log) Delete(id uint64, ack Ack) error {
+	var b [16]byte
+	return l.place(AppendDelete(b[:0], id), kindDelete, id, ack)
+}
+
+// Release queues a release record (see AppendRelease).
+func (l *Log) Release(id uint64, pri uint32, delay time.Duration, deadline int64, c Counters, ack Ack) error {
+	var b [64]byte
+	return l.place(AppendRelease(b[:0], id, pri, delay, deadline, c), kindRelease, id, ack)
+}
+
+// Bury queues a bury record (see AppendBury).
+func (l *Log) Bury(id uint64, pri uint32, buriedSeq uint64, c Counters, ack Ack) error {
+	var b [64]byte
+	return l.place(AppendBury(b[:0], id, pri, buriedSeq, c), kindBury, id, ack)
+}
+
+// Kick queues a kick record (see AppendKick).
+func (l *Log) Kick(id uint64, c Counters, ack Ack) error {
+	var b [64]byte
+	return l.place(AppendKick(b[:0], id, c), kindKick, id, ack)
+}
+
+// scratch holds encoded full records on their way into a batch: bodies
+// make them large, so they are pooled rather than allocated per put.
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
+
+func getScratch() *[]byte { return scratch.Get().(*[]byte) }
+
+func putScratch(b *[]byte) {
+	if cap(*b) <= maxIdleBuf {
+		scratch.Put(b)
+	}
+}
+
+// place queues an encoded record of kind k for job id.
+func (l *Log) place(rec []byte, k kind, id uint64, ack Ack) error {
 	crc := checksum(rec) // outside the lock: the body can be large
 	n := int64(frameHeaderSize + len(rec))
 
@@ -191,8 +255,8 @@ func (l *Log) Append(rec []byte, done func(error)) error {
 	copy(frame[frameHeaderSize:], rec)
 	l.pending.lastLSN = lsn
 	l.pending.records++
-	if done != nil {
-		l.pending.dones = append(l.pending.dones, done)
+	if ack != nil {
+		l.pending.acks = append(l.pending.acks, ack)
 	}
 	l.maxID = max(l.maxID, id)
 	switch k {
@@ -260,7 +324,7 @@ func (l *Log) MaxID() uint64 {
 // Close writes everything queued, fsyncs (whatever WantSync says: this is
 // the graceful shutdown), stops the log's goroutines, closes its files and
 // releases the directory lock. Appends after Close get ErrClosed. Close
-// must not be called from a done callback or from Rewrite.
+// must not be called from an Ack or from Rewrite.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	if l.closed {

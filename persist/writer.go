@@ -5,7 +5,7 @@ package persist
 // Appenders place records and copy them into the pending batch under
 // Log.mu; the single writer goroutine swaps the batch out and writes it with
 // one pwrite per segment it touches (normally one), then fsyncs once if the
-// policy says so, then calls every done callback of the batch. While it is
+// policy says so, then calls every Ack of the batch. While it is
 // busy writing or syncing, new records pile up in the next batch, so the
 // number of records per write and per fsync grows with the load by itself.
 
@@ -19,7 +19,7 @@ type run struct {
 type batch struct {
 	buf      []byte
 	runs     []run
-	dones    []func(error)
+	acks     []Ack
 	lastLSN  uint64
 	records  uint64 // client records (id marks excluded)
 	migrated uint64
@@ -52,8 +52,8 @@ func (b *batch) reset() {
 	}
 	b.buf = b.buf[:0]
 	b.runs = b.runs[:0]
-	clear(b.dones) // let the closures go
-	b.dones = b.dones[:0]
+	clear(b.acks) // let the acknowledged go
+	b.acks = b.acks[:0]
 	b.lastLSN, b.records, b.migrated = 0, 0, 0
 }
 
@@ -112,14 +112,14 @@ func (l *Log) commit(b *batch, failed error) {
 	}
 	l.mu.Unlock()
 	if err == nil {
-		// Count before acknowledging: a client whose reply the done
+		// Count before acknowledging: a client whose reply the ack
 		// releases may ask `stats` next and must see its record counted.
 		l.written.Add(b.records)
 		l.migrated.Add(b.migrated)
 		l.batches.Add(1)
 	}
-	for _, done := range b.dones {
-		done(err)
+	for _, a := range b.acks {
+		a.Durable(err)
 	}
 	if err != nil {
 		return
