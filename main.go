@@ -107,6 +107,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ls := blog.Stats()
 		st.BinlogOldestIndex, st.BinlogCurrentIndex = ls.OldestIndex, ls.CurrentIndex
 		st.BinlogRecordsWritten, st.BinlogRecordsMigrated = ls.RecordsWritten, ls.RecordsMigrated
+		st.BinlogFailed = ls.Failed != nil
 	}
 	if err := srv.Start(); err != nil {
 		fmt.Fprintf(stderr, "beanpole: %v\n", err)

@@ -16,6 +16,10 @@ type ServerStats struct {
 	Uptime                                                     uint64
 	BinlogOldestIndex, BinlogCurrentIndex                      uint64
 	BinlogRecordsMigrated, BinlogRecordsWritten, BinlogMaxSize uint64
+	// BinlogFailed: a binlog write or fsync failed and changes are
+	// refused. Only then is binlog-failed shown, so the reply is
+	// upstream's key for key while the log is healthy.
+	BinlogFailed bool
 	Draining                                                   bool
 	ID, Hostname, OS, Platform                                 string
 }

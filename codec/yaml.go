@@ -82,6 +82,9 @@ func AppendStats(dst []byte, s *ServerStats) []byte {
 	dst = appendUint(dst, "binlog-records-migrated: ", s.BinlogRecordsMigrated)
 	dst = appendUint(dst, "binlog-records-written: ", s.BinlogRecordsWritten)
 	dst = appendUint(dst, "binlog-max-size: ", s.BinlogMaxSize)
+	if s.BinlogFailed {
+		dst = appendString(dst, "binlog-failed: ", "true")
+	}
 	dst = appendString(dst, "draining: ", strconv.FormatBool(s.Draining))
 	dst = appendString(dst, "id: ", s.ID) // the instance id is never quoted
 	dst = appendQuoted(dst, "hostname: ", s.Hostname)

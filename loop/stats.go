@@ -57,5 +57,6 @@ func (s *Server) serverStats(st *codec.ServerStats) {
 	if s.Binlog != nil {
 		s.Binlog(st)
 	}
+	st.BinlogFailed = st.BinlogFailed || s.eng.LogFailure() != ""
 	st.ID, st.Hostname, st.OS, st.Platform = s.info.id, s.info.hostname, s.info.os, s.info.platform
 }

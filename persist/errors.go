@@ -15,7 +15,8 @@ var (
 
 	// ErrFailed: a write or fsync failed, so nothing written after it can be
 	// promised durable. Every later Append returns it (wrapped with the
-	// cause). The server keeps serving from memory.
+	// cause), and every record queued but not yet written is acknowledged
+	// with it.
 	ErrFailed = errors.New("binlog: write failed")
 
 	// ErrClosed: Append after Close.

@@ -369,7 +369,7 @@ func (l *Log) failLocked(err error) {
 	}
 	l.failed = err
 	l.cond.Broadcast()
-	l.log.Error().Err(err).Msg("binlog: write failed; binlog disabled, jobs are no longer persisted")
+	l.log.Error().Err(err).Msg("binlog: write failed; from now on every change is refused (INTERNAL_ERROR) and nothing unwritten is acknowledged; restart the server to recover from the log")
 }
 
 // kick wakes a goroutine waiting on a one-slot channel without blocking.
