@@ -12,6 +12,7 @@ package e2e
 // acknowledged.
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,4 +84,58 @@ func TestBinlogFailedPutNeverReachesAWaiter(t *testing.T) {
 	mustSend(t, p, "put 0 0 60 1\r\nx\r\n")
 	expect(t, p, "INTERNAL_ERROR\r\n")
 	expectWithin(t, w, "TIMED_OUT\r\n", 10*time.Second)
+}
+
+// mountTmpfs mounts a tmpfs of size bytes on a new directory, or skips the
+// test where mounting is not allowed. The server must be stopped before
+// the cleanup unmounts it: call this before starting it.
+func mountTmpfs(t *testing.T, size int) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+itoa(size)); err != nil {
+		t.Skipf("cannot mount a small filesystem to fill (%v)", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	return dir
+}
+
+// A binlog on a full filesystem: puts are refused with OUT_OF_MEMORY and
+// change nothing, deletes still succeed, and the server keeps serving.
+func TestBinlogFullDisk(t *testing.T) {
+	t.Parallel()
+	dir := mountTmpfs(t, 1<<20)
+	s := blStart(t, dir, "-s", "131072", "-z", "65536")
+	c := s.dial(t)
+	body := strings.Repeat("f", 60000)
+	var ids []uint64
+	full := false
+	for i := 0; i < 40 && !full; i++ {
+		mustSend(t, c, "put 0 0 60 60000\r\n"+body+"\r\n")
+		switch line := readLine(t, c); {
+		case line == "OUT_OF_MEMORY":
+			full = true
+		case strings.HasPrefix(line, "INSERTED "):
+			id, err := strconv.ParseUint(strings.TrimPrefix(line, "INSERTED "), 10, 64)
+			if err != nil {
+				t.Fatal(line)
+			}
+			ids = append(ids, id)
+		default:
+			t.Fatalf("put %d: %s", i, show(line))
+		}
+	}
+	if !full || len(ids) == 0 {
+		t.Fatalf("%d puts of 60 KB on a 1 MiB filesystem and no OUT_OF_MEMORY", len(ids))
+	}
+	st := stats(t, c)
+	if st["current-jobs-ready"] != itoa(len(ids)) || st["binlog-failed"] != "" {
+		t.Fatalf("after the refusal: current-jobs-ready %s (want %d), binlog-failed %q (want absent)",
+			st["current-jobs-ready"], len(ids), st["binlog-failed"])
+	}
+	for _, id := range ids {
+		mustSend(t, c, "delete "+strconv.FormatUint(id, 10)+"\r\n")
+		expect(t, c, "DELETED\r\n")
+	}
+	mustSend(t, c, "list-tube-used\r\n")
+	expect(t, c, "USING default\r\n")
 }
