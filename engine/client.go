@@ -206,8 +206,8 @@ func (c *Client) Close() {
 	c.mu.Unlock()
 
 	if c.waitState != nil { // else it never waited: nothing is queued
-		if st := c.wstate.Load(); st&stateMask == waiting && c.claim(st>>stateBits, cancelled) {
-			c.finishWait(c)
+		if st := c.wstate.Load(); st&stateMask == waiting && c.claim(st>>stateBits) {
+			c.finish(cancelled, c)
 		} else {
 			// A put on another loop may have claimed the wait after we set
 			// closed, then skipped us without unlinking: do it here (it is

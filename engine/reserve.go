@@ -4,28 +4,31 @@ import "time"
 
 // The reserve wait, one per client at a time. Client.wstate holds the state
 // in its low bits and the wait's generation above them, so a node queued
-// for an earlier wait can never claim a later one. Every move out of
-// waiting is a CAS, so exactly one party ends a wait.
+// for an earlier wait can never claim a later one. Exactly one party ends a
+// wait: the one whose CAS moves it out of waiting.
 //
-//	state            | moved by                         | to                 | under
-//	-----------------+----------------------------------+--------------------+------------------
-//	idle             | park (the client's loop)         | waiting            | none (the loop owns an idle client)
-//	waiting          | serveWaiters (any loop, timer,   | claiming           | the serving tube's lock
-//	                 |   log writer publishing a put)   |                    |
-//	waiting          | onTimer (timer goroutine)        | wokeTimedOut,      | none (CAS)
-//	                 |                                  |   wokeDeadlineSoon |
-//	waiting          | CancelWait, Close (client's loop)| cancelled          | none (CAS)
-//	claiming         | serveWaiters, after it stored    | woke               | the tube's lock and c.mu
-//	                 |   the job in wjob                |                    |
-//	woke, wokeTimed- | TakeWakeup (client's loop), after| idle               | none
-//	  Out, wokeDead- |   the waker's Wake               |                    |
-//	  lineSoon       |                                  |                    |
+//	state       | moved by                                  | to           | under
+//	------------+-------------------------------------------+--------------+-----------------------------
+//	idle        | park (the client's loop)                  | waiting      | nothing: an idle client is
+//	            |                                           |              |   its loop's alone
+//	waiting     | serveWaiters: a put, release, kick, timer | claiming     | the serving tube's lock (CAS)
+//	            |   or published put, on any goroutine      |              |
+//	waiting     | onTimer (timeout or TTR margin)           | claiming     | nothing (CAS)
+//	waiting     | CancelWait, Close (the client's loop)     | claiming     | nothing (CAS)
+//	claiming    | the claimer, in finish, once it has       | woke,        | nothing (store): the claimer
+//	            |   stored the job (serveWaiters, under the |   wokeTimed- |   owns a claiming client's
+//	            |   tube lock and c.mu) and unlinked every  |   Out, woke- |   wait
+//	            |   node of the client from every tube      |   DeadlineS.,|
+//	            |                                           |   cancelled  |
+//	woke…       | TakeWakeup (the client's loop)            | idle         | nothing
 //
-// claiming exists so that the job is stored before anyone can see woke:
-// TakeWakeup treats claiming like waiting (the claimer wakes the loop once
-// it is done). Whoever ends a wait (other than the client itself) unlinks
-// the client's nodes from every tube (finishWait) and then calls the
-// Waker; cWaiting drops at the CAS out of waiting.
+// claiming exists because the loop can look at its wait at any time: a
+// binlog acknowledgement wakes it too, not only the claimer's Wake. Until
+// the claimer has stored the job and unlinked the nodes, TakeWakeup sees
+// claiming, answers Parked and leaves wjob and the nodes alone; the final
+// store publishes both, and only then does the claimer call the Waker
+// (unless the claimer is the client itself, answering synchronously).
+// cWaiting drops at the CAS out of waiting.
 const (
 	idle uint64 = iota
 	waiting
@@ -181,20 +184,23 @@ func (c *Client) park(now int64, timeout time.Duration, margin int64) (*Job, Out
 	return nil, Parked
 }
 
-// claim ends wait gen with the given result; only one caller wins.
-func (c *Client) claim(gen uint64, result uint64) bool {
-	if c.wstate.CompareAndSwap(gen<<stateBits|waiting, gen<<stateBits|result) {
+// claim ends wait gen: only one caller wins, and it must then call finish.
+func (c *Client) claim(gen uint64) bool {
+	if c.wstate.CompareAndSwap(gen<<stateBits|waiting, gen<<stateBits|claiming) {
 		c.e.ctr.add(c.shard, cWaiting, -1)
 		return true
 	}
 	return false
 }
 
-// finishWait unlinks the client from every tube queue once its wait was
-// claimed, then wakes its loop unless the claim was made by self. It must
-// be called with no tube lock held. Reports whether c is self.
-func (c *Client) finishWait(self *Client) bool {
+// finish completes a claim with its result: it unlinks the client from
+// every tube queue, publishes the result, then wakes the client's loop
+// unless the claimer is self. It must be called with no tube lock held.
+// It reports whether c is self.
+func (c *Client) finish(result uint64, self *Client) bool {
 	c.unlinkNodes()
+	st := c.wstate.Load() // gen|claiming: only the claimer changes it now
+	c.wstate.Store(st&^stateMask | result)
 	if c == self {
 		return true
 	}
@@ -235,8 +241,8 @@ func (c *Client) onTimer() {
 		}
 		return
 	}
-	if c.claim(st>>stateBits, result) {
-		c.finishWait(nil)
+	if c.claim(st >> stateBits) {
+		c.finish(result, nil)
 	}
 }
 
@@ -248,8 +254,8 @@ func (c *Client) TakeWakeup() (*Job, Outcome) {
 	}
 	st := c.wstate.Load()
 	if s := st & stateMask; s == waiting || s == claiming {
-		// Woken for another reason (the binlog), or the claimer has not
-		// stored the job yet (it wakes us when it has): keep waiting.
+		// Woken for another reason (the binlog), or the claimer is not
+		// done yet (it wakes us when it is): keep waiting.
 		return nil, Parked
 	}
 	c.wstate.Store(st &^ stateMask) // idle, same generation
@@ -275,8 +281,8 @@ func (c *Client) CancelWait() bool {
 		return false
 	}
 	st := c.wstate.Load()
-	if st&stateMask == waiting && c.claim(st>>stateBits, cancelled) {
-		c.finishWait(c)
+	if st&stateMask == waiting && c.claim(st>>stateBits) {
+		c.finish(cancelled, c)
 		return true
 	}
 	return false

@@ -190,13 +190,13 @@ func (t *Tube) serveWaiters(now int64, shard int, cl *claims) {
 			return
 		}
 		c := n.c
-		if !c.claim(n.gen, claiming) {
+		if !c.claim(n.gen) {
 			continue // its wait already ended through another tube
 		}
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			c.wstate.Store(n.gen<<stateBits | cancelled)
+			cl.add(c, cancelled)
 			continue
 		}
 		j := t.ready.Top()
@@ -204,10 +204,7 @@ func (t *Tube) serveWaiters(now int64, shard int, cl *claims) {
 		t.reserveLocked(j, c, now, shard)
 		c.wjob = j
 		c.mu.Unlock()
-		// Only now may the client's loop see the job (see the table in
-		// reserve.go).
-		c.wstate.Store(n.gen<<stateBits | woke)
-		cl.add(c)
+		cl.add(c, woke)
 	}
 }
 
@@ -220,35 +217,40 @@ func (t *Tube) reserveLocked(j *Job, c *Client, now int64, shard int) {
 	c.linkReservedLocked(j)
 }
 
-// claims collects clients whose wait was ended while a tube lock was held,
-// so that the slow part (unlinking from other tubes, waking the loop)
+// claims collects clients whose wait was claimed while a tube lock was
+// held, so that the slow part (unlinking from other tubes, waking the loop)
 // happens after it is released. Small inline storage: no allocation for
 // the common case of a few waiters per event.
 type claims struct {
-	inline [4]*Client
+	inline [4]claim
 	n      int
-	more   []*Client
+	more   []claim
 }
 
-func (cl *claims) add(c *Client) {
+type claim struct {
+	c      *Client
+	result uint64
+}
+
+func (cl *claims) add(c *Client, result uint64) {
 	if cl.n < len(cl.inline) {
-		cl.inline[cl.n] = c
+		cl.inline[cl.n] = claim{c, result}
 		cl.n++
 		return
 	}
-	cl.more = append(cl.more, c)
+	cl.more = append(cl.more, claim{c, result})
 }
 
 // deliver finishes every claimed wait and wakes its loop, except self's,
 // whose caller answers synchronously. It reports whether self was claimed.
 func (cl *claims) deliver(self *Client) (selfClaimed bool) {
 	for i := 0; i < cl.n; i++ {
-		if cl.inline[i].finishWait(self) {
+		if cl.inline[i].c.finish(cl.inline[i].result, self) {
 			selfClaimed = true
 		}
 	}
-	for _, c := range cl.more {
-		if c.finishWait(self) {
+	for _, k := range cl.more {
+		if k.c.finish(k.result, self) {
 			selfClaimed = true
 		}
 	}
