@@ -19,9 +19,9 @@ type ServerStats struct {
 	// BinlogFailed: a binlog write or fsync failed and changes are
 	// refused. Only then is binlog-failed shown, so the reply is
 	// upstream's key for key while the log is healthy.
-	BinlogFailed bool
-	Draining                                                   bool
-	ID, Hostname, OS, Platform                                 string
+	BinlogFailed               bool
+	Draining                   bool
+	ID, Hostname, OS, Platform string
 }
 
 // TubeStats is everything the `stats-tube` reply shows, in upstream's order.

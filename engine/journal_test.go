@@ -39,7 +39,7 @@ func (f *fakeJournal) add(kind string, id uint64, ack persist.Ack) error {
 }
 
 func (f *fakeJournal) Put(j *persist.Job, ack persist.Ack) error { return f.add("put", j.ID, ack) }
-func (f *fakeJournal) Delete(id uint64, ack persist.Ack) error  { return f.add("delete", id, ack) }
+func (f *fakeJournal) Delete(id uint64, ack persist.Ack) error   { return f.add("delete", id, ack) }
 func (f *fakeJournal) Release(id uint64, _ uint32, _ time.Duration, _ int64, _ persist.Counters, ack persist.Ack) error {
 	return f.add("release", id, ack)
 }

@@ -77,43 +77,50 @@ func (c *conn) hold(p outPos, from, to uint64) {
 }
 
 // sendHeld writes, in order, every held reply whose records are
-// acknowledged, and arranges a wake-up for the next one. It reports
-// whether replies are still held.
-func (c *conn) sendHeld() bool {
+// acknowledged.
+func (c *conn) sendHeld() {
 	h := c.held
-	for h.pending() && !c.closed {
-		_, acked, failedAt := c.cl.Durability()
-		w := c.ls.iov[:0]
-		k, start := 0, 0
-		for ; k < len(h.entries) && h.entries[k].to <= acked; k++ {
-			e := h.entries[k]
-			if failedAt != 0 && e.from < e.to && failedAt <= e.to {
-				// Never acknowledge what the log did not keep.
-				w = append(w, codec.RepInternalError)
-			} else {
-				w = append(w, h.bufs[start:e.end]...)
-			}
-			start = e.end
+	_, acked, failedAt := c.cl.Durability()
+	w := c.ls.iov[:0]
+	k, start := 0, 0
+	for ; k < len(h.entries) && h.entries[k].to <= acked; k++ {
+		e := h.entries[k]
+		if failedAt != 0 && e.from < e.to && failedAt <= e.to {
+			// Never acknowledge what the log did not keep.
+			w = append(w, codec.RepInternalError)
+		} else {
+			w = append(w, h.bufs[start:e.end]...)
 		}
-		if k == 0 {
-			if c.cl.WakeWhenAcked(h.entries[0].to) {
-				return true
-			}
-			continue // acknowledged meanwhile
-		}
-		c.writeBufs(w)
-		clear(w)
-		c.ls.iov = w[:0]
-		n := copy(h.bufs, h.bufs[start:])
-		clear(h.bufs[n:]) // let the bodies go
-		h.bufs = h.bufs[:n]
-		m := copy(h.entries, h.entries[k:])
-		h.entries = h.entries[:m]
-		for i := range h.entries {
-			h.entries[i].end -= start
-		}
+		start = e.end
 	}
-	return false
+	if k == 0 {
+		return
+	}
+	c.writeBufs(w)
+	clear(w)
+	c.ls.iov = w[:0]
+	n := copy(h.bufs, h.bufs[start:])
+	clear(h.bufs[n:]) // let the bodies go
+	h.bufs = h.bufs[:n]
+	m := copy(h.entries, h.entries[k:])
+	h.entries = h.entries[:m]
+	for i := range h.entries {
+		h.entries[i].end -= start
+	}
+}
+
+// ackNeed is the seq of c's records whose acknowledgement would let it go
+// on: the oldest held reply's, else, while a command awaits, the last
+// appended. 0 means it waits for nothing from the log.
+func (c *conn) ackNeed() uint64 {
+	if c.held.pending() {
+		return c.held.entries[0].to
+	}
+	if c.awaiting {
+		n, _, _ := c.cl.Durability()
+		return n
+	}
+	return 0
 }
 
 // writeBufs writes bufs in writev calls of at most maxIOV slices.

@@ -29,6 +29,15 @@ func (s *Server) process(c *conn) gnet.Action {
 	out := &c.ls.out
 	out.claim(c)
 	action := s.pass(c)
+	// Still waiting for the log? Ask it for a wake-up, the one place that
+	// does; if the records were acknowledged meanwhile, go round again.
+	for !c.closed && action == gnet.None {
+		need := c.ackNeed()
+		if need == 0 || c.cl.WakeWhenAcked(need) {
+			break
+		}
+		action = s.pass(c)
+	}
 	if c.closed {
 		out.discard() // gnet closed it under a write: nothing can be sent
 	}
@@ -63,7 +72,7 @@ func (s *Server) pass(c *conn) gnet.Action {
 	if c.awaiting {
 		if appended, acked, _ := c.cl.Durability(); acked < appended {
 			s.send(c, 0)
-			return s.checkInputCap(c) // the log's wake-up resumes us
+			return s.checkInputCap(c) // process asks the log to wake us
 		}
 		c.awaiting = false
 	}
@@ -219,7 +228,7 @@ func (s *Server) mustAwait(c *conn, st codec.Status, op codec.Op) bool {
 		return false
 	}
 	appended, acked, _ := c.cl.Durability()
-	return acked < appended && c.cl.WakeWhenAcked(appended)
+	return acked < appended
 }
 
 // keepTrailingCR consumes buf[off:] except a final '\r', which may be the
