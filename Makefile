@@ -18,15 +18,27 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
 
-# Everything CI runs: vet, all tests, the race detector over the concurrent
-# parts, and a short fuzz of the codec. The fuzz budget is a count, not a
-# duration: go1.26's fuzz coordinator can report a spurious "context
-# deadline exceeded" when a duration runs out on a loaded machine
-# (golang/go#75804, fixed in go1.27).
+# Everything CI runs: vet, all tests, the race detector (see race), and a
+# short fuzz of the codec. The fuzz budget is a count, not a duration:
+# go1.26's fuzz coordinator can report a spurious "context deadline
+# exceeded" when a duration runs out on a loaded machine (golang/go#75804,
+# fixed in go1.27).
 test: vet
 	$(GO) test -count=1 ./...
-	$(GO) test -count=1 -race ./engine/... ./loop/... ./codec/...
+	@$(MAKE) --no-print-directory race
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=500000x ./codec
+
+# The race detector over the concurrent packages' own tests, then over the
+# server as the whole e2e suite drives it: a -race build of the server as
+# BEANPOLE_TEST_BIN. The harness finds that it is race-built (its build
+# info), fails the test whose server reports a race (a "WARNING: DATA RACE"
+# in its output, or exit status 66), and leaves out the bounds on memory and
+# latency that mean nothing under -race; GORACE is left at its defaults,
+# halt_on_error=0 (why: e2e/harness_test.go, "The race detector").
+race:
+	$(GO) test -count=1 -race ./engine/... ./loop/... ./codec/... ./persist/...
+	$(GO) build -race -o bin/beanpole-race .
+	BEANPOLE_TEST_BIN=$(CURDIR)/bin/beanpole-race $(GO) test -count=1 ./e2e
 
 # The binlog's long crash soak: 60 kill -9 rounds per mode plus random cuts
 # (BEANPOLE_SOAK_ROUNDS=N to change).
@@ -53,4 +65,4 @@ bench-floor:
 	$(GO) run ./bench -beanpole bin/beanpole -beanstalkd bin/floor -only roundtrip,pipeline -out bench/results/floor $(BENCHARGS)
 
 clean:
-	rm -f $(BIN) bin/beanpole bin/floor
+	rm -f $(BIN) bin/beanpole bin/beanpole-race bin/floor

@@ -17,7 +17,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -50,7 +49,7 @@ func blRunToExit(t *testing.T, args ...string) (int, string) {
 		t.Fatal(err)
 	}
 	out := &syncBuffer{}
-	cmd := exec.Command(target.bin, append([]string{"-l", "127.0.0.1", "-p", itoa(port)}, args...)...)
+	cmd := serverCommand(append([]string{"-l", "127.0.0.1", "-p", itoa(port)}, args...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -64,6 +63,7 @@ func blRunToExit(t *testing.T, args ...string) (int, string) {
 		<-done
 		t.Fatalf("%s: still running after 10s; output: %s", strings.Join(cmd.Args, " "), out.String())
 	}
+	expectNoRace(t, cmd, out.String())
 	return cmd.ProcessState.ExitCode(), out.String()
 }
 
@@ -601,6 +601,12 @@ func TestBinlogDeletedStayDeleted(t *testing.T) {
 // A delayed job keeps its wall-clock deadline across a restart: put with
 // delay 3, kill -9 after ~1.2 s, and it becomes ready ~3 s after the put
 // (~1.8 s after the kill), not 3 s after the restart.
+//
+// A restarted delay cannot make the job ready sooner than 3 s after the
+// kill (the new process reads the log after it), so the test fails if it
+// was not ready by then; that tells the two apart only if the new server
+// was up and answering well before: when the restart itself took longer
+// (a loaded machine, a race-built server), the bound is not checked.
 func TestBinlogDelayedDeadline(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -614,6 +620,7 @@ func TestBinlogDelayedDeadline(t *testing.T) {
 	s = blRestart(t, s, dir)
 	c = s.dial(t)
 	st := statsJob(t, c, 1)
+	restart := time.Since(tKill) // until the new server answered
 	if st["delay"] != "3" {
 		t.Fatalf("after restart: stats-job 1 delay %s, want 3", st["delay"])
 	}
@@ -638,13 +645,18 @@ func TestBinlogDelayedDeadline(t *testing.T) {
 		t.Skipf("the wall clock moved %v against the monotonic clock during the test", drift)
 	}
 	sincePut, sinceKill := ready.Sub(t0), ready.Sub(tKill)
-	t.Logf("ready %v after the put, %v after the kill", sincePut.Round(time.Millisecond), sinceKill.Round(time.Millisecond))
+	t.Logf("ready %v after the put, %v after the kill; the restarted server answered %v after the kill",
+		sincePut.Round(time.Millisecond), sinceKill.Round(time.Millisecond), restart.Round(time.Millisecond))
 	if sincePut < 2900*time.Millisecond {
 		t.Fatalf("ready %v after a put with delay 3", sincePut)
 	}
-	if sinceKill > 2700*time.Millisecond {
-		t.Fatalf("ready %v after the kill (%v after the put): the delay restarted instead of keeping its deadline",
-			sinceKill, sincePut)
+	if restart > 2500*time.Millisecond {
+		t.Logf("the restart took %v: too long to tell a kept deadline from a restarted delay", restart)
+		return
+	}
+	if sinceKill >= 3*time.Second {
+		t.Fatalf("ready %v after the kill (%v after the put, the restarted server answered %v after the kill): the delay restarted instead of keeping its deadline",
+			sinceKill, sincePut, restart)
 	}
 }
 

@@ -16,6 +16,7 @@ package e2e
 // (spec §0) and more than two waiters (Decision 3, FIFO).
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -272,12 +273,18 @@ func readUnit(c *conn, d time.Duration) (string, error) {
 }
 
 // runScript runs sc against a fresh server of bin and returns the replies.
-func runScript(bin string, sc dscript) ([]dunit, error) {
+// A race the server reports (a race-built beanpole) is an error too.
+func runScript(bin string, sc dscript) (out []dunit, err error) {
 	srv, err := startProcRetry(bin, "tcp", "", sc.flags)
 	if err != nil {
 		return nil, err
 	}
-	defer srv.stop()
+	defer func() {
+		srv.stop()
+		if why := srv.raceFailure(); why != "" {
+			err = errors.Join(err, fmt.Errorf("the race detector fired in %s (%s); its output:\n%s", bin, why, srv.out.String()))
+		}
+	}()
 	conns := map[int]*conn{}
 	closed := map[int]bool{} // closed by the script
 	defer func() {
@@ -285,7 +292,6 @@ func runScript(bin string, sc dscript) ([]dunit, error) {
 			c.nc.Close()
 		}
 	}()
-	var out []dunit
 	for i, st := range sc.steps {
 		c := conns[st.conn]
 		if c == nil {

@@ -14,6 +14,14 @@
 //
 //	go test ./e2e
 //	BEANPOLE_TEST_BIN=/usr/bin/beanstalkd go test ./e2e
+//	go build -race -o bin/beanpole-race . && BEANPOLE_TEST_BIN=$PWD/bin/beanpole-race go test ./e2e
+//
+// The last is part of `make test`. A server built with -race is recognised
+// by its build information: a race it reports (on stderr), or its exit with
+// the race detector's status 66, fails the test that started it, and the
+// bounds on the server's memory and latency are logged as not checked
+// (raceSkipsBound) while the rest of those tests runs. See "The race
+// detector" in harness_test.go for GORACE.
 //
 // Every test runs its own server and most of them wait on timers, so TestMain
 // raises -parallel to 8 unless it is given. -short skips the one test that

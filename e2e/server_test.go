@@ -5,7 +5,6 @@ package e2e
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -111,7 +110,9 @@ func TestUnixPathNotASocket(t *testing.T) {
 	if err := os.WriteFile(path, []byte("keep me"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(target.bin, "-l", "unix:"+path)
+	cmd := serverCommand("-l", "unix:"+path)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	done := make(chan error, 1)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -119,6 +120,7 @@ func TestUnixPathNotASocket(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
+		expectNoRace(t, cmd, out.String())
 		if err == nil {
 			t.Fatalf("server exited 0 with a regular file at the socket path")
 		}
@@ -173,7 +175,9 @@ func TestUsageExitCodes(t *testing.T) {
 		{[]string{"-p"}, 5},
 		{[]string{"-z", "lots"}, 5},
 	} {
-		cmd := exec.Command(target.bin, tc.args...)
+		cmd := serverCommand(tc.args...)
+		out := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
 		done := make(chan error, 1)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -186,6 +190,7 @@ func TestUsageExitCodes(t *testing.T) {
 			<-done
 			t.Fatalf("%v: still running after %v", tc.args, defaultTimeout)
 		}
+		expectNoRace(t, cmd, out.String())
 		if got := cmd.ProcessState.ExitCode(); got != tc.code {
 			t.Errorf("%v: exit code %d, want %d", tc.args, got, tc.code)
 		}
