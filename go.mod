@@ -17,3 +17,5 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 )
+
+replace github.com/panjf2000/gnet/v2 => ./third_party/gnet

@@ -34,6 +34,12 @@ type conn struct {
 	// own binlog records are not all durable yet, so it waits for them
 	// (input after it stays buffered); see mustAwait.
 	awaiting bool
+	// hungUp: the peer shut down its side (EOF, or a FIN seen while reads
+	// are paused). What it sent before is still answered, then we close.
+	hungUp bool
+	// closing: every reply is written or queued in gnet; the connection
+	// closes once gnet has sent them all (or the grace time runs out).
+	closing bool
 
 	held *heldReplies // allocated at the first hold (only with -b)
 

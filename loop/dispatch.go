@@ -54,6 +54,9 @@ func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Act
 		if cmd.Op == codec.OpReserveWithTimeout {
 			timeout = time.Duration(cmd.Timeout) * time.Second
 		}
+		if c.hungUp {
+			timeout = 0 // nobody is left to wait for the answer
+		}
 		j, outcome := cl.Reserve(timeout)
 		if outcome == engine.Parked {
 			c.parked = true

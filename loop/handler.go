@@ -1,7 +1,6 @@
 package loop
 
 import (
-	"github.com/beanpole/beanpole/codec"
 	"github.com/panjf2000/gnet/v2"
 )
 
@@ -29,13 +28,7 @@ func (h *handler) OnClose(gc gnet.Conn, err error) gnet.Action {
 	}
 	s := h.s
 	c.closed = true
-	// gnet closes on the peer's EOF. A reserve that is still waiting is
-	// answered TIMED_OUT first, as upstream does for a half-closed peer;
-	// the socket is still open here and gnet flushes after OnClose.
-	if c.parked && c.cl.CancelWait() {
-		_, _ = gc.Write(codec.RepTimedOut)
-	}
-	if c.throttled {
+	if c.throttled || c.closing {
 		s.throttled.remove(c)
 	}
 	c.cl.Close()

@@ -2,6 +2,7 @@ package loop
 
 import (
 	"bytes"
+	"time"
 
 	"github.com/beanpole/beanpole/codec"
 	"github.com/beanpole/beanpole/engine"
@@ -47,11 +48,21 @@ func (s *Server) process(c *conn) gnet.Action {
 
 func (s *Server) pass(c *conn) gnet.Action {
 	gc := c.gc
+	if c.closing {
+		return s.finishClosing(c)
+	}
 	if c.held.pending() {
 		c.sendHeld()
 		if c.closed {
 			return gnet.Close
 		}
+	}
+	c.hungUp = c.hungUp || gc.PeerClosed() || gc.PeerHangup()
+	if c.parked && c.hungUp && c.cl.CancelWait() {
+		// As upstream: a client that hangs up while its reserve waits gets
+		// TIMED_OUT, and the commands it sent after the reserve still run.
+		c.parked = false
+		c.ls.out.buf = append(c.ls.out.buf, codec.RepTimedOut...)
 	}
 	if c.parked {
 		j, outcome := c.cl.TakeWakeup()
@@ -163,8 +174,11 @@ done:
 	if c.held.pending() {
 		c.sendHeld()
 	}
-	if c.closed || action != gnet.None {
-		return action
+	if c.closed {
+		return gnet.Close
+	}
+	if action == gnet.Close { // quit: what came before it is answered
+		return s.startClosing(c)
 	}
 	if n := gc.OutboundBuffered(); n > s.cfg.HighWater {
 		if n > s.cfg.HardCap {
@@ -178,6 +192,40 @@ done:
 	}
 	if c.awaiting || c.held.pending() || c.parked {
 		return s.checkInputCap(c)
+	}
+	if c.gc.PeerClosed() && !c.throttled {
+		// Every complete command the peer sent is answered; an incomplete
+		// one never will be.
+		return s.startClosing(c)
+	}
+	return gnet.None
+}
+
+// closeGrace is how long a closing connection's replies may take to drain
+// to a peer that reads slowly or not at all.
+const closeGrace = 30 * time.Second
+
+// startClosing stops reading c and closes it once its replies are sent.
+func (s *Server) startClosing(c *conn) gnet.Action {
+	c.closing = true
+	_ = c.gc.PauseRead()
+	if c.gc.OutboundBuffered() == 0 {
+		return gnet.Close
+	}
+	if c.throttled {
+		c.throttled = false
+		s.throttled.remove(c)
+	}
+	s.throttled.addClosing(c, time.Now().Add(closeGrace))
+	return gnet.None
+}
+
+// finishClosing closes c once gnet has written everything (gnet's own
+// close would send only what the socket takes at once) or the grace time
+// is over. gnet's "output drained" event and the sweeper bring us here.
+func (s *Server) finishClosing(c *conn) gnet.Action {
+	if c.gc.OutboundBuffered() == 0 || s.throttled.closeDue(c, time.Now()) {
+		return gnet.Close
 	}
 	return gnet.None
 }

@@ -87,6 +87,9 @@ func New(cfg Config, eng *engine.Engine) (*Server, error) {
 		gnet.WithNumEventLoop(cfg.Loops),
 		gnet.WithLoadBalancing(gnet.LeastConnections),
 		gnet.WithReadBufferCap(256<<10),
+		// EOF does not close: what the peer sent before it is answered
+		// first (our patched gnet, see third_party/PATCHES.md).
+		gnet.WithHalfClose(true),
 		gnet.WithLogger(gnetLogger{cfg.Log.With().Str("component", "gnet").Logger()}),
 	)
 	if err != nil {

@@ -7,29 +7,42 @@ import (
 )
 
 // throttleSet holds connections whose input waits because their unsent
-// output passed the high-water mark. gnet has no "output drained" event,
-// so while the set is non-empty a sweeper wakes them every few
-// milliseconds to re-check (their next read event does the same). An empty
-// set costs nothing: the sweeper sleeps until the next add.
+// output passed the high-water mark, and closing connections whose last
+// replies are still being sent (with the time by which they close anyway).
+// gnet reports "output drained" only when the buffer is empty, so while
+// the set is non-empty a sweeper wakes them every few milliseconds to
+// re-check. An empty set costs nothing: the sweeper sleeps until the next
+// add.
 type throttleSet struct {
 	mu    sync.Mutex
-	conns map[*conn]struct{}
+	conns map[*conn]time.Time // zero for a throttled connection
 	kick  chan struct{}
 }
 
 func (t *throttleSet) init() { t.kick = make(chan struct{}, 1) }
 
-func (t *throttleSet) add(c *conn) {
+func (t *throttleSet) add(c *conn) { t.addClosing(c, time.Time{}) }
+
+// addClosing adds a closing connection that must be closed by closeBy.
+func (t *throttleSet) addClosing(c *conn, closeBy time.Time) {
 	t.mu.Lock()
 	if t.conns == nil {
-		t.conns = make(map[*conn]struct{})
+		t.conns = make(map[*conn]time.Time)
 	}
-	t.conns[c] = struct{}{}
+	t.conns[c] = closeBy
 	t.mu.Unlock()
 	select {
 	case t.kick <- struct{}{}:
 	default:
 	}
+}
+
+// closeDue reports whether closing connection c is past its grace time.
+func (t *throttleSet) closeDue(c *conn, now time.Time) bool {
+	t.mu.Lock()
+	by, ok := t.conns[c]
+	t.mu.Unlock()
+	return ok && !by.IsZero() && now.After(by)
 }
 
 func (t *throttleSet) remove(c *conn) {

@@ -1,0 +1,103 @@
+// Copyright (c) 2026 The beanpole authors. Licensed under the Apache License, Version 2.0.
+//
+// Read control for stream connections, added to gnet v2.10.0 by beanpole (see
+// third_party/PATCHES.md there): EOF as an event (WithHalfClose) and
+// PauseRead/ResumeRead. A connection's poller interest is a function of its read
+// state and of whether outbound data is pending; rearm is the one place applying it.
+
+//go:build darwin || dragonfly || freebsd || linux || netbsd || openbsd
+
+package gnet
+
+import (
+	"io"
+	"net"
+	"os"
+
+	errorx "github.com/panjf2000/gnet/v2/pkg/errors"
+	"github.com/panjf2000/gnet/v2/pkg/queue"
+)
+
+// readOff reports whether gnet must not read from c.
+func (c *conn) readOff() bool { return c.readPaused || c.peerEOF }
+
+// rearm sets c's poller interest: readable unless reads are off; writable when
+// outbound data is pending (always in ET mode, as registered); the peer's hangup
+// while paused under WithHalfClose until it has been seen. With reads on, it
+// issues exactly the ModRead/ModReadWrite that upstream gnet issued in its place.
+func (c *conn) rearm() error {
+	isET := c.loop.engine.opts.EdgeTriggeredIO
+	hangup := c.readPaused && !c.peerHup && c.loop.engine.opts.HalfClose
+	return c.loop.poller.ModEvents(&c.pollAttachment,
+		!c.readOff(), isET || !c.outboundBuffer.IsEmpty(), hangup, isET)
+}
+
+// halfClose handles EOF on read under WithHalfClose: stop reading, keep the
+// connection open for writing, and give the handler one OnTraffic to finish.
+func (el *eventloop) halfClose(c *conn) error {
+	c.peerEOF, c.peerHup = true, true
+	if err := c.rearm(); err != nil { // e.g. kqueue: fall back to closing, as upstream does
+		return el.close(c, os.NewSyscallError("read", io.EOF))
+	}
+	return el.handleAction(c, el.eventHandler.OnTraffic(c))
+}
+
+// writeEvent is el.write for a writable event or its ET follow-up task: when
+// reads are off, an OnTraffic then tells the handler that its output has drained.
+func (el *eventloop) writeEvent(c *conn) error {
+	pending := c.readOff() && !c.outboundBuffer.IsEmpty()
+	if err := el.write(c); err != nil {
+		return err
+	}
+	if pending && c.opened && c.outboundBuffer.IsEmpty() {
+		return el.wake(c)
+	}
+	return nil
+}
+
+func (c *conn) PeerClosed() bool { return c.peerEOF }
+func (c *conn) PeerHangup() bool { return c.peerHup }
+
+func (c *conn) PauseRead() error {
+	switch {
+	case c.isDatagram:
+		return errorx.ErrUnsupportedOp
+	case !c.opened:
+		return net.ErrClosed
+	case c.readPaused:
+		return nil
+	}
+	c.readPaused = true
+	if err := c.rearm(); err != nil {
+		c.readPaused = false
+		return err
+	}
+	return nil
+}
+
+func (c *conn) ResumeRead() error {
+	switch {
+	case c.isDatagram:
+		return errorx.ErrUnsupportedOp
+	case !c.opened:
+		return net.ErrClosed
+	case !c.readPaused:
+		return nil
+	}
+	c.readPaused = false
+	if err := c.rearm(); err != nil {
+		c.readPaused = true
+		return err
+	}
+	if c.InboundBuffered() > 0 { // no read event will come for data gnet already holds
+		return c.loop.poller.Trigger(queue.LowPriority, c.resumeWake, nil)
+	}
+	return nil
+}
+
+func (c *conn) resumeWake(_ any) error {
+	if !c.opened || c.readPaused || c.InboundBuffered() == 0 {
+		return nil
+	}
+	return c.loop.wake(c)
+}
