@@ -40,12 +40,37 @@ type conn struct {
 	// closing: every reply is written or queued in gnet; the connection
 	// closes once gnet has sent them all (or the grace time runs out).
 	closing bool
+	// readPaused: gnet does not read the socket (see setReading).
+	readPaused bool
 
 	held *heldReplies // allocated at the first hold (only with -b)
 
 	// The put being read; allocated at the connection's first put, so that
 	// connections that never put (idle ones, workers) do not carry it.
 	*putState
+}
+
+// setReading is beanpole's flow control, the one C gets for free by not
+// reading a client it cannot serve: while c's input cannot be processed
+// (a reserve waits, a command awaits the binlog, unsent output is past the
+// high-water mark, or it is closing) gnet stops reading its socket, the
+// kernel's buffers fill and TCP's window holds the client back, instead
+// of the input piling up in our memory. Reading resumes (and gnet replays
+// what it had buffered) as soon as c can go on.
+func (c *conn) setReading() {
+	pause := c.parked || c.awaiting || c.throttled || c.closing
+	if pause == c.readPaused || c.closed {
+		return
+	}
+	var err error
+	if pause {
+		err = c.gc.PauseRead()
+	} else {
+		err = c.gc.ResumeRead()
+	}
+	if err == nil {
+		c.readPaused = pause
+	}
 }
 
 // heldReplies are replies that wait for the binlog, in order. Each entry

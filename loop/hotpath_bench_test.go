@@ -36,6 +36,8 @@ func (f *fakeConn) OutboundBuffered() int { return 0 }
 func (f *fakeConn) InboundBuffered() int  { return len(f.in) }
 func (f *fakeConn) PeerClosed() bool      { return false }
 func (f *fakeConn) PeerHangup() bool      { return false }
+func (f *fakeConn) PauseRead() error      { return nil }
+func (f *fakeConn) ResumeRead() error     { return nil }
 
 func benchServer(b *testing.B) (*Server, *conn, *fakeConn) {
 	eng := engine.New(1)

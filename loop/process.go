@@ -41,6 +41,8 @@ func (s *Server) process(c *conn) gnet.Action {
 	}
 	if c.closed {
 		out.discard() // gnet closed it under a write: nothing can be sent
+	} else if action == gnet.None {
+		c.setReading()
 	}
 	out.release(c)
 	return action
@@ -208,7 +210,7 @@ const closeGrace = 30 * time.Second
 // startClosing stops reading c and closes it once its replies are sent.
 func (s *Server) startClosing(c *conn) gnet.Action {
 	c.closing = true
-	_ = c.gc.PauseRead()
+	c.setReading()
 	if c.gc.OutboundBuffered() == 0 {
 		return gnet.Close
 	}
@@ -288,8 +290,10 @@ func keepTrailingCR(buf []byte, off int) int {
 	return len(buf)
 }
 
-// checkInputCap closes a connection that keeps sending while it cannot be
-// served (parked or throttled): gnet would otherwise buffer without bound.
+// checkInputCap is the last line of defence behind setReading: a
+// connection that cannot be served is not read, so its buffered input
+// stays within what it had sent before plus one read; should gnet still
+// buffer past the cap, the connection is closed rather than let it grow.
 func (s *Server) checkInputCap(c *conn) gnet.Action {
 	if n := c.gc.InboundBuffered(); n > s.inCap {
 		s.log.Warn().Str("remote", addr(c.gc)).Int("buffered", n).Msg("closing connection: too much input while its reserve waits or its replies back up")
