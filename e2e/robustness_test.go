@@ -509,7 +509,6 @@ func TestSlowReaderPipelinedPeeks(t *testing.T) {
 	}
 }
 
-
 // A client pipelines 300 peeks of a 1 MiB job (-z 1100000) and does not
 // read. Whether the server throttles it (input waits past the 1 MiB
 // high-water mark) or closes it (past the hard cap, 64 MiB + 2 × -z), its
@@ -600,7 +599,6 @@ func TestParkedInputBelowCap(t *testing.T) {
 	expectRepeated(t, c, []byte(usingDflt), n, 10*time.Second)
 	roundTrip(t, c, defaultTimeout)
 }
-
 
 // ---------------------------------------------------------------------------
 // 4. A large body streamed slowly.
