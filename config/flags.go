@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -19,6 +20,7 @@ const (
 	DefaultPort       = "11300"
 	DefaultMaxJobSize = 1<<16 - 1 // JOB_DATA_SIZE_LIMIT_DEFAULT
 	MaxJobSizeLimit   = 1 << 30   // JOB_DATA_SIZE_LIMIT_MAX: -z is clamped to this
+	MaxBinlogSize     = 1 << 30   // -s is clamped to this (a bigger job gets a file of its own anyway)
 	DefaultSyncEvery  = 50 * time.Millisecond
 	DefaultBinlogSize = 10 << 20
 )
@@ -138,13 +140,18 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 					cfg.MaxJobSize = uint32(n)
 				case 's':
 					n, ok := parseSize(v)
-					if !ok {
+					if !ok || strings.HasPrefix(strings.TrimLeft(v, " \t\n\v\f\r"), "-") {
+						// Upstream reads this into a C int: a negative or
+						// huge value turns into nonsense (every put refused,
+						// or gigabyte files preallocated). Refuse the one,
+						// clamp the other.
 						return fail("invalid size: %s", v)
 					}
-					// Upstream stores this in a C int, so huge values
-					// wrap into nonsense; saturating is the only
-					// reading with a meaning.
-					cfg.BinlogSize = int64(min(n, math.MaxInt64))
+					if n > MaxBinlogSize {
+						warnx("binlog size was set to %d", MaxBinlogSize)
+						n = MaxBinlogSize
+					}
+					cfg.BinlogSize = int64(n)
 				case 'f':
 					n, ok := parseSize(v)
 					if !ok {
