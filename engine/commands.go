@@ -21,14 +21,15 @@ func (c *Client) Put(id uint64, pri uint32, delay, ttr time.Duration, body []byt
 		ttr = time.Second
 	}
 	wall := time.Now()
+	now := int64(wall.Sub(c.e.base))
 	t := c.use
 	j := &Job{ID: id, Tube: t, Body: body, Pri: pri, heapIndex: -1,
 		delay: int64(delay), ttr: int64(ttr), createdAt: wall.UnixNano()}
 	if delay > 0 {
-		j.deadline = int64(wall.Sub(c.e.base)) + int64(delay)
+		j.deadline = now + int64(delay)
 	}
 	if c.e.jl == nil {
-		c.e.publish(j, c.shard)
+		c.e.publish(j, c.shard, now)
 		return j, nil
 	}
 	r := persist.Job{ID: id, Tube: t.Name, Pri: pri, State: persist.StateReady,
@@ -54,10 +55,10 @@ func (c *Client) Put(id uint64, pri uint32, delay, ttr time.Duration, body []byt
 // publish makes a new job visible to every client: in the id table first
 // (once the tube has it, a waiter on another loop may be handed the job
 // and act on its id at once), then in its tube, serving waiters.
-func (e *Engine) publish(j *Job, shard int) {
+// now is the engine's clock, for serving waiters.
+func (e *Engine) publish(j *Job, shard int, now int64) {
 	e.jobs.Put(j)
 	t := j.Tube
-	now := e.mono()
 	var cl claims
 	t.mu.Lock()
 	if e.jl == nil {

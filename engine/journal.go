@@ -149,7 +149,7 @@ func (a *putAck) Durable(err error) {
 	if err != nil {
 		c.e.unpublished(j)
 	} else {
-		c.e.publish(j, 0) // the writer's counters share the timers' shard
+		c.e.publish(j, 0, c.e.mono()) // the writer's counters share the timers' shard
 	}
 	c.acknowledged(err)
 }
