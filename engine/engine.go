@@ -4,8 +4,9 @@
 // it calls back through Waker when a parked reserve gets its answer.
 //
 // Locking: state is sharded per tube (Tube.mu guards a tube's jobs, heaps,
-// waiters and counters). Lock order is registry → tube → client; the job
-// table's shard locks are never held together with any other lock.
+// waiters and counters). Lock order is registry → tube → client; a reserve
+// watching several tubes holds their locks together, in Tube.order; the
+// job table's shard locks are never held together with any other lock.
 package engine
 
 import (
@@ -25,6 +26,7 @@ type Engine struct {
 	baseWall    int64 // wall-clock ns at base
 	jl          Journal
 	logFailure  atomic.Pointer[string] // the binlog's first failure
+	tubeSeq     atomic.Uint64          // hands out Tube.order
 }
 
 // New makes an engine for a server with the given number of event loops.

@@ -301,3 +301,64 @@ func TestParkedReserveNeverSeesAClaimWithoutItsJob(t *testing.T) {
 	stop.Store(true)
 	acker.Wait()
 }
+
+// TestCrossTubeReserveTakesTheBestJob: a reserve watching two tubes must
+// take the most urgent ready job across both, even while other reserves
+// empty one of them: it must never end up with a worse job while a
+// better one stays ready in the other tube (it compared the tubes one lock
+// at a time, then took whatever the chosen tube's top had become). The
+// race detector's scheduling makes the old bug show within 3,000 rounds.
+func TestCrossTubeReserveTakesTheBestJob(t *testing.T) {
+	e := New(4)
+	ta, tb := []byte("ta"), []byte("tb")
+	p, _ := newTestClient(e, 1)
+	w, _ := newTestClient(e, 2)
+	w.Watch(ta)
+	w.Watch(tb)
+	w.Ignore([]byte("default"))
+	xs := make([]*Client, 3)
+	for i := range xs {
+		xs[i], _ = newTestClient(e, 3)
+		xs[i].Watch(ta)
+		xs[i].Ignore([]byte("default"))
+	}
+	for round := range 3000 {
+		p.Use(ta)
+		for range 3 {
+			put(t, p, 0, 0, "a0")
+		}
+		worse := put(t, p, 1, 0, "a1")
+		p.Use(tb)
+		put(t, p, 0, 0, "b0")
+		var wg sync.WaitGroup
+		var got *Job
+		for _, x := range xs {
+			wg.Add(1)
+			go func() { defer wg.Done(); x.Reserve(0) }()
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); got, _ = w.Reserve(0) }()
+		wg.Wait()
+		if got == worse {
+			t.Fatalf("round %d: the reserve watching both tubes took the pri-1 job while tb held a pri-0 one", round)
+		}
+		// Clean up: delete every job, whoever holds it.
+		for _, c := range append(xs, w, p) {
+			for {
+				c.mu.Lock()
+				j := c.reserved
+				c.mu.Unlock()
+				if j == nil {
+					break
+				}
+				c.Delete(j.ID)
+			}
+		}
+		for _, name := range [][]byte{ta, tb} {
+			p.Use(name)
+			for j := p.PeekReady(); j != nil; j = p.PeekReady() {
+				p.Delete(j.ID)
+			}
+		}
+	}
+}

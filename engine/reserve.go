@@ -48,21 +48,24 @@ func (c *Client) Reserve(timeout time.Duration) (*Job, Outcome) {
 	now := c.e.mono()
 	soonest, holding := c.soonestDeadline()
 	margin := int64(never)
+	inMargin := false
 	if holding {
 		margin = soonest - Margin
-		// Upstream answers DEADLINE_SOON only when no watched tube has a
-		// ready job (pause ignored), so a worker inside its margin can
-		// still take more work (#646).
-		if now >= margin && !c.anyReady() {
-			return nil, DeadlineSoon
-		}
+		inMargin = now >= margin
 	}
-	if j := c.take(now); j != nil {
+	j, anyReady := c.take(now)
+	if j != nil {
 		return j, GotJob
+	}
+	// Upstream answers DEADLINE_SOON only when no watched tube has a ready
+	// job (pause ignored), so a worker inside its margin can still take
+	// more work (#646).
+	if inMargin && !anyReady {
+		return nil, DeadlineSoon
 	}
 	if timeout == 0 {
 		// Upstream's timer answers the margin before the timeout.
-		if holding && now >= margin {
+		if inMargin {
 			return nil, DeadlineSoon
 		}
 		return nil, TimedOut
@@ -70,54 +73,60 @@ func (c *Client) Reserve(timeout time.Duration) (*Job, Outcome) {
 	return c.park(now, timeout, margin)
 }
 
-func (c *Client) anyReady() bool {
-	for _, t := range c.watch {
-		t.mu.Lock()
-		n := t.ready.Len()
-		t.mu.Unlock()
-		if n > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // take reserves the most urgent ready job, by (pri, id), across the
-// unpaused watched tubes.
-func (c *Client) take(now int64) *Job {
-	best := c.watch[0]
-	if len(c.watch) > 1 {
-		// Compare copies of (pri, id) taken under each tube's lock: a job's
-		// pri may change under its own tube's lock as soon as we let go.
-		var bestPri uint32
-		var bestID uint64
-		best = nil
-		for _, t := range c.watch {
-			t.mu.Lock()
-			if !t.paused(now) {
-				if j := t.ready.Top(); j != nil && (best == nil || j.Pri < bestPri || j.Pri == bestPri && j.ID < bestID) {
-					best, bestPri, bestID = t, j.Pri, j.ID
-				}
-			}
-			t.mu.Unlock()
+// unpaused watched tubes, and reports whether any watched tube, paused or
+// not, has a ready job. It decides on one snapshot: with several tubes it
+// holds all their locks at once (in the tubes' creation order, the one
+// order every multi-tube lock follows), so no other reserve can take the
+// best job between the comparison and the take.
+func (c *Client) take(now int64) (j *Job, anyReady bool) {
+	var buf [8]*Tube
+	tubes := c.watch
+	if len(tubes) > 1 {
+		tubes = lockInOrder(append(buf[:0], tubes...))
+	} else {
+		tubes[0].mu.Lock()
+	}
+	var best *Tube
+	for _, t := range tubes {
+		top := t.ready.Top()
+		if top == nil {
+			continue
+		}
+		anyReady = true
+		if t.paused(now) {
+			continue
 		}
 		if best == nil {
-			return nil
+			best = t
+		} else if b := best.ready.Top(); top.Pri < b.Pri || top.Pri == b.Pri && top.ID < b.ID {
+			best = t
 		}
 	}
-	t := best
-	t.mu.Lock()
-	var j *Job
-	if !t.paused(now) {
-		if j = t.ready.Top(); j != nil {
-			t.remove(j, c.shard)
-			c.mu.Lock()
-			t.reserveLocked(j, c, now, c.shard)
-			c.mu.Unlock()
+	if best != nil {
+		j = best.ready.Top()
+		best.remove(j, c.shard)
+		c.mu.Lock()
+		best.reserveLocked(j, c, now, c.shard)
+		c.mu.Unlock()
+	}
+	for _, t := range tubes {
+		t.mu.Unlock()
+	}
+	return j, anyReady
+}
+
+// lockInOrder sorts tubes by creation order and locks them all.
+func lockInOrder(tubes []*Tube) []*Tube {
+	for i := 1; i < len(tubes); i++ { // insertion sort: watch lists are short
+		for k := i; k > 0 && tubes[k].order < tubes[k-1].order; k-- {
+			tubes[k], tubes[k-1] = tubes[k-1], tubes[k]
 		}
 	}
-	t.mu.Unlock()
-	return j
+	for _, t := range tubes {
+		t.mu.Lock()
+	}
+	return tubes
 }
 
 func (c *Client) park(now int64, timeout time.Duration, margin int64) (*Job, Outcome) {
@@ -133,15 +142,16 @@ func (c *Client) park(now int64, timeout time.Duration, margin int64) (*Job, Out
 	}
 	c.timeoutAt.Store(deadline)
 	c.marginAt.Store(margin)
-	c.e.ctr.add(c.shard, cWaiting, 1)
-	c.wstate.Store(gen<<stateBits | waiting)
-
+	// The nodes are filled before the wait is published: from then on a
+	// claimer (a stale timer fire included) may unlink them.
 	if len(c.nodes) != len(c.watch) {
 		c.nodes = make([]waitNode, len(c.watch))
 	}
 	for i, t := range c.watch {
 		c.nodes[i].c, c.nodes[i].t = c, t
 	}
+	c.e.ctr.add(c.shard, cWaiting, 1)
+	c.wstate.Store(gen<<stateBits | waiting)
 	var cl claims
 	for i := range c.nodes {
 		n := &c.nodes[i]

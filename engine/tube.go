@@ -14,6 +14,7 @@ type Tube struct {
 	Name      string
 	nameBytes []byte
 	e         *Engine
+	order     uint64 // creation order: tubes locked together are locked in it
 
 	mu     sync.Mutex
 	ready  jobHeap // (pri, id)
@@ -49,7 +50,8 @@ type Tube struct {
 const never = math.MaxInt64
 
 func newTube(e *Engine, name []byte) *Tube {
-	t := &Tube{Name: string(name), nameBytes: append([]byte(nil), name...), e: e, armedAt: never}
+	t := &Tube{Name: string(name), nameBytes: append([]byte(nil), name...), e: e, armedAt: never,
+		order: e.tubeSeq.Add(1)}
 	t.ready.less = byPriority
 	t.delay.less = byDeadline
 	t.ttr.less = byDeadline
