@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= beanpole
 ARGS    ?=
 
-.PHONY: all build run test race fuzz bench bench-floor vet clean soak
+.PHONY: all build run test race fuzz bench bench-floor vet clean soak stress
 
 all: build
 
@@ -37,6 +37,7 @@ test: vet
 # halt_on_error=0 (why: e2e/harness_test.go, "The race detector").
 race:
 	$(GO) test -count=1 -race ./engine/... ./loop/... ./codec/... ./persist/...
+	cd third_party/gnet && $(GO) test -count=1 -race -run Patch .
 	$(GO) build -race -o bin/beanpole-race .
 	BEANPOLE_TEST_BIN=$(CURDIR)/bin/beanpole-race $(GO) test -count=1 ./e2e
 
@@ -44,6 +45,18 @@ race:
 # (BEANPOLE_SOAK_ROUNDS=N to change).
 soak:
 	BEANPOLE_SOAK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestBinlog' ./e2e
+
+# The long searches for concurrency bugs, against a -race server: the
+# randomized model-checked test for STRESS_TIME (default 30m, split across
+# its modes), then the pipelined delete+reserve racing a put for 100,000
+# rounds per mode (4 pairs x 25,000).
+STRESS_TIME ?= 30m
+stress:
+	$(GO) build -race -o bin/beanpole-race .
+	BEANPOLE_TEST_BIN=$(CURDIR)/bin/beanpole-race BEANPOLE_RANDOM_DURATION=$(STRESS_TIME) \
+		$(GO) test -count=1 -timeout 0 -v -run 'TestRandomizedClientsAgainstModel' ./e2e
+	BEANPOLE_TEST_BIN=$(CURDIR)/bin/beanpole-race BEANPOLE_CORE_ROUNDS=25000 \
+		$(GO) test -count=1 -timeout 0 -v -run 'TestCoreDeleteReserveRacesPut' ./e2e
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=5m ./codec
