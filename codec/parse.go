@@ -80,7 +80,7 @@ func whichCmd(line []byte) Op {
 }
 
 // Parse parses one command line, given without its CRLF, into cmd with
-// upstream beanstalkd's exact rules (spec §1, target 1.13). The caller has
+// upstream beanstalkd's exact rules. The caller has
 // already found the CRLF and enforced the 224-byte line limit.
 //
 // cmd is overwritten. On OK (and on PutTrailingGarbage and PauseTubeBadName,

@@ -28,10 +28,10 @@ var (
 	digits  = strings.Repeat("0123456789", 20) // 200 name bytes, all digits
 )
 
-// §1.1-§1.2: recognition, prefix quirks, NUL.
+// Command recognition, prefix quirks, NUL.
 var recognitionCases = []parseCase{
 	unknown(""),
-	unknown("nont10knowncommand"), // §6 row 1
+	unknown("nont10knowncommand"), // upstream's testserv.c case 1
 	unknown("PUT 0 0 0 0"),
 	unknown("Stats"),
 	unknown(" stats"),
@@ -75,7 +75,7 @@ var recognitionCases = []parseCase{
 	bad("nonsense\x00", OpNone),
 }
 
-// §1.3 and §6: numbers.
+// Numbers.
 var numberCases = []parseCase{
 	ok("put 0 0 0 0", Command{Op: OpPut}),
 	ok("put 1 2 3 4", Command{Op: OpPut, Pri: 1, Delay: 2, TTR: 3, Bytes: 4}),
@@ -214,7 +214,7 @@ var numberCases = []parseCase{
 	bad("kick  ", OpKick),
 }
 
-// §1.4 and rows 18, 52-54: tube names.
+// Tube names.
 var tubeCases = []parseCase{
 	ok("use x_y", tube(OpUse, "x_y")), // row 18
 	ok("use a", tube(OpUse, "a")),

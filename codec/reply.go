@@ -2,7 +2,7 @@ package codec
 
 import "strconv"
 
-// Fixed replies (spec §1.5), byte for byte as upstream's MSG_* strings.
+// Fixed replies, byte for byte as upstream's MSG_* strings.
 // They are shared: append them to an output buffer, never write into them.
 var (
 	RepBuried         = []byte("BURIED\r\n")

@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// The YAML replies (spec §3) are fixed-format text, not general YAML: the key
+// The YAML replies are fixed-format text, not general YAML: the key
 // order, the number formats and which strings are double-quoted are what
 // upstream 1.13's printf formats (STATS_FMT, STATS_TUBE_FMT, STATS_JOB_FMT
 // and do_list_tubes) produce, and clients parse them by position as often as

@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// The expected replies below are beanstalkd 1.12's, captured on the wire
-// (spec §3), with the strings 1.13 quotes (name, tube, hostname, os,
+// The expected replies below are beanstalkd 1.12's, captured on the wire,
+// with the strings 1.13 quotes (name, tube, hostname, os,
 // platform) put in double quotes and the OK length grown to match.
 
 // sampleStats holds the values of the captured 1.12 `stats` reply.
@@ -111,7 +111,7 @@ func TestAppendTubeStats(t *testing.T) {
 			"current-using: 1\ncurrent-watching: 1\ncurrent-waiting: 0\ncmd-delete: 0\ncmd-pause-tube: 0\n"+
 			"pause: 0\npause-time-left: 0\n\r\n")
 
-	// Field order with every value distinct (spec §6 row 36 and a pause).
+	// Field order with every value distinct.
 	ts = &TubeStats{
 		Name: []byte("tubea"), CurrentJobsUrgent: 1, CurrentJobsReady: 2, CurrentJobsReserved: 3,
 		CurrentJobsDelayed: 4, CurrentJobsBuried: 5, TotalJobs: 6, CurrentUsing: 7,
@@ -142,7 +142,7 @@ func TestAppendJobStats(t *testing.T) {
 func TestAppendTubeList(t *testing.T) {
 	checkReply(t, "list-tubes", AppendTubeList(nil, [][]byte{[]byte("default")}),
 		"OK 14\r\n---\n- default\n\r\n")
-	// §6 row 52.
+	// upstream's testserv.c case 52.
 	checkReply(t, "list-tubes", AppendTubeList(nil, [][]byte{[]byte("default"), []byte("w"), []byte("u")}),
 		"OK 22\r\n---\n- default\n- w\n- u\n\r\n")
 	checkReply(t, "list-tubes", AppendTubeList(nil, nil), "OK 4\r\n---\n\r\n")

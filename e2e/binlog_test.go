@@ -1,9 +1,8 @@
 package e2e
 
-// The binlog (-b DIR) seen from outside: upstream's binlog rows of the
-// catalogue (§6 rows 55-60, each followed by a kill -9 and a restart on the
-// same directory), the improvements of Decision 3 that need a restart to
-// show (ids never reused, release with delay 0 keeping its priority,
+// The binlog (-b DIR) seen from outside: upstream's binlog test cases
+// (testserv.c), the improvements (docs/behaviour.md, 'Binlog') that need a
+// restart to show (ids never reused, release with delay 0 keeping its priority,
 // `buries` and buried order surviving, deleted jobs staying deleted,
 // wall-clock delays), the stats fields, the directory lock, a missing
 // directory and the graceful SIGTERM. Crashes under concurrent load and
@@ -228,7 +227,7 @@ func TestBinlogBasic(t *testing.T) {
 }
 
 // Row 58 (binlog_size_limit) checks upstream's exact file sizes, which
-// beanpole's own format does not reproduce (Decision 5). Instead: with
+// beanpole's own format does not reproduce (docs/behaviour.md, 'Binlog'). Instead: with
 // -s 4096 the log rotates over several binlog.N files and everything comes
 // back after kill -9.
 func TestBinlogSegmentRotation(t *testing.T) {
@@ -340,13 +339,13 @@ func TestBinlogRead(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------
-// Decision 3 improvements that need a restart to show.
+// The improvements over upstream that need a restart to show.
 
 // Job ids are never reused after a restart, even when the highest ids were
 // deleted, or when every job was deleted and the segments that recorded
 // them have been reclaimed (the id mark at the head of each segment).
 func TestBinlogIDsNotReused(t *testing.T) {
-	skipLegacy(t, "Decision 3: upstream reuses ids after a restart (§5)")
+	skipLegacy(t, "upstream reuses ids after a restart")
 	t.Parallel()
 	t.Run("highest deleted", func(t *testing.T) {
 		t.Parallel()
@@ -416,7 +415,7 @@ func TestBinlogIDsNotReused(t *testing.T) {
 // until compaction has moved it forward and every segment that held a
 // record of ids 2..101 is gone. The next id must still be 102.
 func TestBinlogIDMark(t *testing.T) {
-	skipLegacy(t, "Decision 3: upstream reuses ids after a restart (§5)")
+	skipLegacy(t, "upstream reuses ids after a restart")
 	t.Parallel()
 	dir := t.TempDir()
 	args := []string{"-s", "4096"}
@@ -453,7 +452,7 @@ func TestBinlogIDMark(t *testing.T) {
 // #597: release with delay 0 and a new priority is logged, so the priority
 // survives a restart and decides the reserve order.
 func TestBinlogReleasePriority(t *testing.T) {
-	skipLegacy(t, "Decision 3 / #597: upstream does not log release with delay 0")
+	skipLegacy(t, "upstream #597: it does not log release with delay 0")
 	t.Parallel()
 	dir := t.TempDir()
 	s := blStart(t, dir)
@@ -481,7 +480,7 @@ func TestBinlogReleasePriority(t *testing.T) {
 // list: kick takes the oldest buried job first, as before the kill. The
 // order (2, 3, 1) is neither id order nor its reverse.
 func TestBinlogBuriedCountAndOrder(t *testing.T) {
-	skipLegacy(t, "Decision 3 / #668: upstream re-buries on replay")
+	skipLegacy(t, "upstream #668: it re-buries on replay")
 	t.Parallel()
 	dir := t.TempDir()
 	s := blStart(t, dir)
@@ -757,7 +756,7 @@ func TestBinlogStats(t *testing.T) {
 	}
 
 	// Counters start again with the process; beanpole appends to the same
-	// file instead of opening a new one per restart (§5).
+	// file instead of opening a new one per restart.
 	s = blRestart(t, s, dir, args...)
 	c = s.dial(t)
 	put(t, c, 0, 0, 60, "c", 3)
@@ -844,7 +843,7 @@ func TestBinlogMissingDir(t *testing.T) {
 // SIGTERM with -b: graceful stop, exit 0, and everything acknowledged is
 // there after the restart (ready, buried and a job reserved at the stop).
 func TestBinlogSIGTERM(t *testing.T) {
-	skipLegacy(t, "Decision 3: upstream dies on SIGTERM; the graceful stop is beanpole's")
+	skipLegacy(t, "upstream dies on SIGTERM; the graceful stop is beanpole's")
 	t.Parallel()
 	dir := t.TempDir()
 	for _, flags := range [][]string{nil, {"-f", "100000"}, {"-F"}} {

@@ -1,8 +1,7 @@
 package e2e
 
 // The job lifecycle on one connection: put, peek*, delete, release, bury,
-// kick, kick-job, touch and reserve-job (spec §2; §6 rows 4, 5, 9, 10, 12,
-// 15, 16, 23, 30, 43-46, 48) plus the EXPECTED_CRLF extra case.
+// kick, kick-job, touch and reserve-job plus the EXPECTED_CRLF extra case.
 
 import (
 	"fmt"
@@ -201,8 +200,7 @@ func TestReleaseNotFound(t *testing.T) {
 }
 
 // Extra: a body without its CRLF gives EXPECTED_CRLF after exactly bytes+2
-// bytes; the leftover bytes are parsed as commands and the id is burned
-// (spec §2 put step 8).
+// bytes; the leftover bytes are parsed as commands and the id is burned.
 func TestExpectedCRLF(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -244,7 +242,7 @@ func TestBinaryBodies(t *testing.T) {
 }
 
 // Extra: ready jobs are served by (pri, id): pri 5,1,5,1,0 (ids 1..5) is
-// reserved as 5,2,4,1,3; a released job keeps its place by id (spec §2.1).
+// reserved as 5,2,4,1,3; a released job keeps its place by id.
 func TestPriorityOrder(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -269,7 +267,7 @@ func TestPriorityOrder(t *testing.T) {
 }
 
 // Extra: kick kicks buried jobs first (oldest first), and delayed jobs only
-// when nothing is buried (spec §2 kick).
+// when nothing is buried.
 func TestKickBuriedBeforeDelayed(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)

@@ -1,9 +1,9 @@
 package e2e
 
 // Command-line parsing: upstream catalogue rows about malformed commands and
-// numbers (spec §6 rows 1, 2, 8, 11, 13, 14, 25, 27-29, 31, 35, 47) and the
+// numbers and the
 // extra black-box cases on prefix matching, number rules, bad put lines,
-// kick's strtoul and the line-length rule (spec §1, Decision 2).
+// kick's strtoul and the line-length rule (docs/behaviour.md, 'Long lines').
 
 import (
 	"strings"
@@ -108,7 +108,7 @@ func TestNegativeDelay(t *testing.T) {
 	expect(t, c, "BAD_FORMAT\r\n")
 }
 
-// Row 28. The body line is then parsed as a command (spec §1.3).
+// Row 28. The body line is then parsed as a command.
 func TestGarbagePriority(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -157,7 +157,7 @@ func TestReleaseBadFormat(t *testing.T) {
 	))
 }
 
-// Extra: prefix matching quirks of which_cmd (spec §1.2).
+// Extra: prefix matching quirks of which_cmd.
 func TestPrefixQuirks(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -216,7 +216,7 @@ func TestPrefixQuirks(t *testing.T) {
 	expectClosed(t, c2)
 }
 
-// Extra: the number rules of read_u64/read_u32 (spec §1.3).
+// Extra: the number rules of read_u64/read_u32.
 func TestNumberRules(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -248,7 +248,7 @@ func TestNumberRules(t *testing.T) {
 }
 
 // Extra: a put line that fails to parse consumes no body; the body is then
-// parsed as a command line (spec §1.3).
+// parsed as a command line.
 func TestPutBadLineBodyParsedAsCommand(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -266,7 +266,7 @@ func TestPutBadLineBodyParsedAsCommand(t *testing.T) {
 
 // Extra: kick parses its bound with strtoul: leading whitespace and a sign
 // are accepted, trailing garbage is ignored and the value is truncated to 32
-// bits (spec §1.3).
+// bits.
 func TestKickTruncation(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -292,7 +292,7 @@ func TestKickTruncation(t *testing.T) {
 	}
 }
 
-// Extra: the line-length rule of Decision 2. The longest valid line is 224
+// Extra: the line-length rule (docs/behaviour.md, 'Long lines'). The longest valid line is 224
 // bytes including CRLF; anything longer is discarded up to the next CRLF
 // and answered with exactly one BAD_FORMAT.
 func TestLineLengthRule(t *testing.T) {
@@ -323,7 +323,7 @@ func TestLineLengthRule(t *testing.T) {
 			t.Fatalf("line is %d bytes", len(line))
 		}
 		if target.legacy {
-			// Upstream quirk (spec §1.1): the CR is lost with the discarded
+			// Upstream quirk: the CR is lost with the discarded
 			// chunk, the next line is swallowed and the one after that is
 			// answered BAD_FORMAT.
 			mustSend(t, c, line)
@@ -332,7 +332,7 @@ func TestLineLengthRule(t *testing.T) {
 			expect(t, c, "BAD_FORMAT\r\n")
 			mustSend(t, c, "list-tube-used\r\n")
 			expect(t, c, "USING default\r\n")
-			skipLegacy(t, "Decision 2: upstream swallows the next command after a 225-byte line (checked above)")
+			skipLegacy(t, "the long-line rule: upstream swallows the next command after a 225-byte line (checked above)")
 		}
 		mustSend(t, c, line+"list-tube-used\r\n")
 		expect(t, c, "BAD_FORMAT\r\nUSING default\r\n")
@@ -341,10 +341,10 @@ func TestLineLengthRule(t *testing.T) {
 	t.Run("stray CR does not hide the line end", func(t *testing.T) {
 		c := s.dial(t)
 		if target.legacy {
-			// Upstream quirk (spec §1.1): the connection stalls.
+			// Upstream quirk: the connection stalls.
 			mustSend(t, c, "use a\rb\r\nlist-tube-used\r\n")
 			expectNothing(t, c, 100*time.Millisecond)
-			skipLegacy(t, "Decision 2: upstream stalls on a stray CR until 224 bytes arrive (checked above)")
+			skipLegacy(t, "the long-line rule: upstream stalls on a stray CR until 224 bytes arrive (checked above)")
 		}
 		mustSend(t, c, "use a\rb\r\nlist-tube-used\r\n")
 		expect(t, c, "BAD_FORMAT\r\nUSING default\r\n")
@@ -375,7 +375,7 @@ func TestLineLengthRule(t *testing.T) {
 	})
 }
 
-// Extra: reserve-with-timeout takes a strict u32 in 1.13 (spec §0, Decision 1).
+// Extra: reserve-with-timeout takes a strict u32 in 1.13 (docs/behaviour.md, 'Wire target').
 func TestReserveWithTimeoutArgs(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -396,7 +396,7 @@ func TestReserveWithTimeoutArgs(t *testing.T) {
 		})
 		mustSend(t, c, "reserve-with-timeout -1\r\n")
 		expectNothing(t, c, 100*time.Millisecond)
-		skipLegacy(t, "reserve-with-timeout argument parsing is strtol in 1.12 (spec §0)")
+		skipLegacy(t, "reserve-with-timeout argument parsing is strtol in 1.12 (docs/behaviour.md, 'Wire target')")
 	}
 	runSteps(t, c, badFormat(
 		"reserve-with-timeout abc",

@@ -1,7 +1,7 @@
 package e2e
 
 // stats, stats-tube and stats-job: exact key order and every deterministic
-// value (spec §3; §6 rows 32, 36-38), the counters, and the masked fields'
+// value, the counters, and the masked fields'
 // formats.
 
 import (
@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-// statsKeys is the exact key order of `stats` (spec §3).
+// statsKeys is the exact key order of `stats`.
 var statsKeys = []string{
 	"current-jobs-urgent", "current-jobs-ready", "current-jobs-reserved", "current-jobs-delayed",
 	"current-jobs-buried", "cmd-put", "cmd-peek", "cmd-peek-ready", "cmd-peek-delayed", "cmd-peek-buried",
@@ -391,7 +391,7 @@ func TestTTRSmall(t *testing.T) {
 }
 
 // Extra: a failed pause-tube with a leading '-' is still counted in the
-// global cmd-pause-tube (spec §1.4).
+// global cmd-pause-tube.
 func TestPauseTubeCountedBeforeNameCheck(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)

@@ -1,8 +1,7 @@
 package e2e
 
 // Tubes: names, use/watch/ignore, list-tubes ordering (swap-remove), tube
-// lifetime and pause-tube parsing (spec §1.4, §2, §2.1; §6 rows 18, 26,
-// 52-54).
+// lifetime and pause-tube parsing.
 
 import (
 	"fmt"
@@ -91,7 +90,7 @@ func TestLongestCommand(t *testing.T) {
 	})
 }
 
-// Extra: the tube-name alphabet and the single-space rule (spec §1.4).
+// Extra: the tube-name alphabet and the single-space rule.
 func TestTubeNames(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -120,7 +119,7 @@ func TestTubeNames(t *testing.T) {
 	})
 }
 
-// Extra: watch and ignore semantics (spec §2).
+// Extra: watch and ignore semantics.
 func TestWatchIgnore(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -139,7 +138,7 @@ func TestWatchIgnore(t *testing.T) {
 }
 
 // Extra: list-tubes and list-tubes-watched keep creation order, but a removed
-// entry is replaced by the last one (swap-remove, spec §2.1).
+// entry is replaced by the last one (swap-remove).
 func TestListTubesSwapRemove(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -153,7 +152,7 @@ func TestListTubesSwapRemove(t *testing.T) {
 		{"list-tubes\r\n", tubeList("default", "z", "y")},
 	})
 
-	// The spec's example: [default,k,dl,t1,t2,t3,t4] loses t2.
+	// An example from upstream's code: [default,k,dl,t1,t2,t3,t4] loses t2.
 	d := s.dial(t)
 	runSteps(t, d, []step{
 		{"watch k\r\n", "WATCHING 2\r\n"},
@@ -174,7 +173,7 @@ func TestListTubesSwapRemove(t *testing.T) {
 }
 
 // Extra: a tube lives while a connection uses or watches it or a job is in
-// it; then it is freed at once (spec §2.1).
+// it; then it is freed at once.
 func TestTubeLifetime(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -212,7 +211,7 @@ func TestTubeLifetime(t *testing.T) {
 }
 
 // Extra: pause-tube reads its tube name with read_tube_name: spaces are
-// skipped and the name ends at the first invalid character (spec §1.4).
+// skipped and the name ends at the first invalid character.
 func TestPauseTubeParsing(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)

@@ -631,7 +631,7 @@ func crRun(t *testing.T, rounds int, flags []string) {
 // Concurrent clients, kill -9 at random moments, restart on the same dir:
 // every acknowledged reply holds after the restart (see the file comment).
 func TestBinlogCrash(t *testing.T) {
-	skipLegacy(t, "Decision 3: upstream loses zero-delay releases, re-buries and reuses ids after a restart")
+	skipLegacy(t, "upstream loses zero-delay releases, re-buries and reuses ids after a restart")
 	t.Parallel()
 	rounds := 5
 	// Small segments make rotation, reclaiming and compaction rewrites
@@ -1012,7 +1012,7 @@ func crCheckRecovered(t *testing.T, l *crLog, dir string, want map[uint64]crJobS
 // warning, holds exactly the jobs of the records before the cut, and goes
 // on writing a log that reads back cleanly.
 func TestBinlogTornTail(t *testing.T) {
-	skipLegacy(t, "beanpole's binlog format (Decision 5)")
+	skipLegacy(t, "beanpole's binlog format")
 	t.Parallel()
 	l := crMakeLog(t)
 	last := l.segs[len(l.segs)-1]
@@ -1092,7 +1092,7 @@ func TestBinlogTornTail(t *testing.T) {
 // rest of that segment cannot be located and is lost, later segments are
 // read, the damage is reported, and no id is handed out twice.
 func TestBinlogCorruptRecord(t *testing.T) {
-	skipLegacy(t, "beanpole's binlog format (Decision 5)")
+	skipLegacy(t, "beanpole's binlog format")
 	t.Parallel()
 	l := crMakeLog(t)
 	first := l.segs[0]

@@ -4,7 +4,7 @@ package e2e
 // against the reference C beanstalkd (/usr/bin/beanstalkd) and against the
 // server under test, and the replies are compared byte for byte after the
 // documented normalisations only:
-//   - 1.12 writes YAML string values bare, 1.13 double-quoted (spec §0): a
+//   - 1.12 writes YAML string values bare, 1.13 double-quoted (docs/behaviour.md, 'Wire target'): a
 //     1.12 reply has name/tube/hostname/os/platform quoted before comparing;
 //   - the values of pid, version, rusage-utime, rusage-stime, uptime, id,
 //     hostname, os and platform in a stats reply are masked.
@@ -12,8 +12,8 @@ package e2e
 // original framing was checked when the reply was read.
 //
 // Scripts avoid the documented differences: the 225-byte and stray-CR line
-// quirks (Decision 2), reserve-with-timeout arguments that only 1.13 rejects
-// (spec §0) and more than two waiters (Decision 3, FIFO).
+// quirks (docs/behaviour.md, 'Long lines'), reserve-with-timeout arguments that only 1.13 rejects
+// (docs/behaviour.md, 'Wire target') and more than two waiters (FIFO: docs/behaviour.md, 'Waiting reservers').
 
 import (
 	"errors"

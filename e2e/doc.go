@@ -8,7 +8,7 @@
 // assertions that are documented differences between 1.12 and the 1.13 wire
 // target (quoted YAML strings, reserve-with-timeout argument parsing) and
 // skips the beanpole decisions that upstream does not follow (the line-length
-// rule of Decision 2, FIFO waiters).
+// rule of docs/behaviour.md 'Long lines', FIFO waiters).
 //
 // Run it with:
 //
@@ -30,7 +30,7 @@
 //
 // Files: harness_test.go (server processes, exact-byte helpers, target
 // detection); catalogue_*_test.go (upstream testserv.c rows 1-54 and the
-// spec's extra cases, by theme); limits_test.go (-z); server_test.go (drain
+// extra cases, by theme); limits_test.go (-z); server_test.go (drain
 // mode, unix sockets, flags); timers_test.go; pipeline_test.go;
 // multiconn_test.go; client_test.go (go-beanstalk); differential_test.go.
 package e2e

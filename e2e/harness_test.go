@@ -171,7 +171,7 @@ func detectTarget() (err error) {
 }
 
 // q formats a YAML string value the way the target writes it: double-quoted
-// in 1.13 (the beanpole wire target), bare in 1.12 (spec §0).
+// in 1.13 (the beanpole wire target), bare in 1.12 (docs/behaviour.md, 'Wire target').
 func q(s string) string {
 	if target.legacy {
 		return s

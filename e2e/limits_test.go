@@ -1,6 +1,6 @@
 package e2e
 
-// Job size limits (-z): spec §2 put steps 2-4, §6 rows 20-22 and the
+// Job size limits (-z): upstream's testserv.c cases 20-22 and the
 // "JOB_TOO_BIG waits for the body" extra case.
 
 import (

@@ -2,8 +2,7 @@ package e2e
 
 // Several connections at once: ownership of reserved jobs, waiters and who
 // gets a job, connections closing with reserved jobs or while waiting, and
-// half-close (spec §2, §2.1; §6 rows 24, 40, 49, 50; FIFO waiters is beanpole
-// Decision 3).
+// half-close.
 
 import (
 	"fmt"
@@ -153,7 +152,7 @@ func TestCloseWhileWaiting(t *testing.T) {
 	}
 }
 
-// Extra (beanpole Decision 3): waiting reservers are served in FIFO order.
+// Extra (beanpole's FIFO waiters, docs/behaviour.md): waiting reservers are served in FIFO order.
 func TestWaitersFIFO(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -167,8 +166,7 @@ func TestWaitersFIFO(t *testing.T) {
 		ws = append(ws, w)
 	}
 	if target.legacy {
-		// Upstream's ms_take is quasi-round-robin (spec §2: 0,1,3,2 for four
-		// waiters). Record what it does, then skip.
+		// Upstream's ms_take is quasi-round-robin. Record what it does, then skip.
 		var order []int
 		for i := 1; i <= n; i++ {
 			put(t, ctl, 0, 0, 10, fmt.Sprint(i), uint64(i))
@@ -183,7 +181,7 @@ func TestWaitersFIFO(t *testing.T) {
 			}
 		}
 		t.Logf("beanstalkd 1.12 served waiters in order %v", order)
-		skipLegacy(t, "Decision 3: FIFO waiters; upstream is quasi-round-robin")
+		skipLegacy(t, "FIFO waiters (docs/behaviour.md); upstream is quasi-round-robin")
 	}
 	for i, w := range ws {
 		put(t, ctl, 0, 0, 10, fmt.Sprint(i+1), uint64(i+1))
@@ -192,7 +190,7 @@ func TestWaitersFIFO(t *testing.T) {
 }
 
 // Extra: two waiters on the same tube: one job goes to exactly one of them;
-// the first waiter gets it (FIFO, Decision 3).
+// the first waiter gets it (FIFO: docs/behaviour.md, 'Waiting reservers').
 func TestTwoWaitersOneJob(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -248,7 +246,7 @@ func TestWaiterOnSeveralTubes(t *testing.T) {
 }
 
 // Extra: a peer that half-closes (shutdown SHUT_WR) while waiting in reserve
-// gets TIMED_OUT, then the server closes the connection (spec §2 reserve 4).
+// gets TIMED_OUT, then the server closes the connection.
 func TestHalfCloseWhileReserving(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)

@@ -1,8 +1,7 @@
 package e2e
 
 // Pipelining: many commands in one write, commands and bodies split across
-// writes, and a blocking reserve that holds back the commands behind it
-// (spec §1.1 "Pipelining"; §6 row 19).
+// writes, and a blocking reserve that holds back the commands behind it.
 
 import (
 	"fmt"

@@ -1,6 +1,6 @@
 package e2e
 
-// The server process: drain mode via SIGUSR1 (§6 row 3, spec §2.1), unix
+// The server process: drain mode via SIGUSR1, unix
 // sockets with -l unix:PATH (rows 6, 7) and flags.
 
 import (
@@ -146,7 +146,7 @@ func TestVerboseFlag(t *testing.T) {
 }
 
 // Extra: flag values may be attached (-z10) and flags combined (-VV); -z
-// above 1 GiB is clamped (spec §4).
+// above 1 GiB is clamped.
 func TestFlagForms(t *testing.T) {
 	t.Parallel()
 	c := startServer(t, "-z10", "-VV").dial(t)
@@ -161,7 +161,7 @@ func TestFlagForms(t *testing.T) {
 	}
 }
 
-// Extra: usage errors exit 5 without serving; -h exits 0 (spec §4).
+// Extra: usage errors exit 5 without serving; -h exits 0.
 func TestUsageExitCodes(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

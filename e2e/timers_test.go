@@ -1,8 +1,7 @@
 package e2e
 
 // Timers: delays, TTR, touch, DEADLINE_SOON, pause-tube and
-// reserve-with-timeout (spec §2, §2.1; §6 rows 17, 33, 34, 39, 41, 42, 51 and
-// the paused-tube and #646 extra cases). Durations are the shortest the
+// reserve-with-timeout. Durations are the shortest the
 // protocol allows (1-2 s); lower bounds are checked closely, upper bounds
 // generously, so that a loaded machine does not make them flaky.
 
@@ -12,7 +11,7 @@ import (
 )
 
 // early is how much sooner than nominal a timer may fire: upstream's epoll
-// timeout has millisecond granularity (spec §7 "Time").
+// timeout has millisecond granularity.
 const early = 10 * time.Millisecond
 
 // slack is how much later than nominal a timer may fire on a loaded machine.

@@ -298,8 +298,8 @@ func TestReviewDelayedTimerNeverLost(t *testing.T) {
 // TestReviewZeroTimeoutInsideMarginIsDeadlineSoon: holding a job inside its
 // safety margin, with the only ready job in a paused watched tube (so the
 // "any ready" check lets the reserve proceed), reserve-with-timeout 0 must
-// end like upstream's timer does: inside the margin → DEADLINE_SOON (spec
-// §2 reserve step 3), not TIMED_OUT.
+// end like upstream's timer does: inside the margin → DEADLINE_SOON (the
+// third step of upstream's reserve), not TIMED_OUT.
 func TestReviewZeroTimeoutInsideMarginIsDeadlineSoon(t *testing.T) {
 	e := New(1)
 	c, _ := newTestClient(e, 1)

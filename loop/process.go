@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxLine is the longest command line including CRLF (beanpole Decision 2:
+// maxLine is the longest command line including CRLF (docs/behaviour.md, 'Long lines':
 // upstream's LINE_BUF_SIZE, `pause-tube <200 chars> 4294967295\r\n`).
 const maxLine = 224
 

@@ -1,9 +1,8 @@
 // Package persist is beanpole's binlog (-b DIR): a write-ahead log of job
 // changes that the in-memory engine replays at start-up. It replaces
 // upstream beanstalkd's walg.c/file.c with a checksummed, versioned,
-// little-endian format and fixes the weaknesses listed in the behaviour
-// spec §5: no checksums, one bad record losing the rest of its file,
-// deleted jobs coming back, ids reused after a restart, `buries` growing on
+// little-endian format and fixes upstream's weaknesses: no checksums, one
+// bad record losing the rest of its file, deleted jobs coming back, ids reused after a restart, `buries` growing on
 // every restart, release with delay 0 losing its priority, fsync driven
 // only by the next write, synchronous preallocation, a new file per
 // restart, and old files pinned forever by a few long-lived jobs.
