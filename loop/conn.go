@@ -34,9 +34,6 @@ type conn struct {
 	// own binlog records are not all durable yet, so it waits for them
 	// (input after it stays buffered); see mustAwait.
 	awaiting bool
-	// hungUp: the peer shut down its side (EOF, or a FIN seen while reads
-	// are paused). What it sent before is still answered, then we close.
-	hungUp bool
 	// closing: every reply is written or queued in gnet; the connection
 	// closes once gnet has sent them all (or the grace time runs out).
 	closing bool
@@ -49,6 +46,11 @@ type conn struct {
 	// connections that never put (idle ones, workers) do not carry it.
 	*putState
 }
+
+// hungUp reports whether the peer shut down its side (EOF, or a FIN seen
+// while reads are paused; gnet keeps both flags). What it sent before is
+// still answered, then we close.
+func (c *conn) hungUp() bool { return c.gc.PeerClosed() || c.gc.PeerHangup() }
 
 // setReading is beanpole's flow control, the one C gets for free by not
 // reading a client it cannot serve: while c's input cannot be processed

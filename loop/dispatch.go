@@ -54,7 +54,7 @@ func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Act
 		if cmd.Op == codec.OpReserveWithTimeout {
 			timeout = time.Duration(cmd.Timeout) * time.Second
 		}
-		if c.hungUp {
+		if c.hungUp() {
 			timeout = 0 // nobody is left to wait for the answer
 		}
 		j, outcome := cl.Reserve(timeout)

@@ -59,8 +59,7 @@ func (s *Server) pass(c *conn) gnet.Action {
 			return gnet.Close
 		}
 	}
-	c.hungUp = c.hungUp || gc.PeerClosed() || gc.PeerHangup()
-	if c.parked && c.hungUp && c.cl.CancelWait() {
+	if c.parked && c.hungUp() && c.cl.CancelWait() {
 		// As upstream: a client that hangs up while its reserve waits gets
 		// TIMED_OUT, and the commands it sent after the reserve still run.
 		c.parked = false
