@@ -59,8 +59,13 @@ func (c *conn) hungUp() bool { return c.gc.PeerClosed() || c.gc.PeerHangup() }
 // kernel's buffers fill and TCP's window holds the client back, instead
 // of the input piling up in our memory. Reading resumes (and gnet replays
 // what it had buffered) as soon as c can go on.
+//
+// A connection that waits but has sent nothing more (a worker parked in
+// reserve, the common case) is left alone: pausing and resuming it would
+// cost two epoll_ctl calls per wait. It is paused at its first read that
+// cannot be served, so gnet still buffers at most one read of it.
 func (c *conn) setReading() {
-	pause := c.parked || c.awaiting || c.throttled || c.closing
+	pause := c.closing || (c.parked || c.awaiting || c.throttled) && c.gc.InboundBuffered() > 0
 	if pause == c.readPaused || c.closed {
 		return
 	}
