@@ -251,9 +251,13 @@ func (c *conn) appended() uint64 {
 // wait for the binlog, because the command appended records that are not
 // durable yet or earlier replies are held (replies never overtake each
 // other).
+//
+// A command whose record failed is held too, even if its ack came before
+// settle looked: sendHeld is the one place that turns a failed record's
+// reply into INTERNAL_ERROR.
 func (s *Server) settle(c *conn, p outPos, from uint64) {
-	to, acked, _ := c.cl.Durability()
-	if to > acked || c.held.pending() {
+	to, acked, failedAt := c.cl.Durability()
+	if to > acked || c.held.pending() || failedAt != 0 && from < to && failedAt <= to {
 		c.hold(p, from, to)
 	}
 }
