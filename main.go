@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"syscall"
@@ -94,6 +95,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Version:    config.Version,
 		Verbosity:  cfg.Verbosity,
 		Log:        log,
+		ReserveFDs: reserveFDs(&cfg),
 	}, eng)
 	if err != nil {
 		fmt.Fprintf(stderr, "beanpole: %v\n", err)
@@ -113,6 +115,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "beanpole: %v\n", err)
 		return 1
 	}
+	// Measured once the loops run, since an address-space limit counts
+	// what they have mapped; set before the first client connects.
+	limitMemory(&cfg, eng, log)
 
 	// BEANPOLE_CPUPROFILE=FILE profiles the whole run (written at a
 	// graceful stop): how performance work on beanpole is measured.
@@ -159,6 +164,44 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 	}
+}
+
+// limitMemory sets the ceiling on job memory (--max-job-memory, by default
+// derived from the memory budget: config.DefaultJobMemory), the Go
+// runtime's soft memory limit (unless GOMEMLIMIT set one) and the release
+// of freed memory after a drain (memrelease.go; BEANPOLE_RELEASE_MEMORY=0
+// turns it off).
+func limitMemory(cfg *config.Config, eng *engine.Engine, log zerolog.Logger) {
+	budget := config.DetectMemoryBudget()
+	ceiling := cfg.MaxJobMemory
+	if ceiling < 0 {
+		ceiling = config.DefaultJobMemory(budget.Bytes)
+	}
+	eng.SetJobMemoryLimit(ceiling)
+	if os.Getenv("GOMEMLIMIT") == "" && budget.Bytes > 0 {
+		debug.SetMemoryLimit(config.SoftMemoryLimit(budget.Bytes))
+	}
+	used, _ := eng.JobMemory()
+	log.Info().Int64("budget", budget.Bytes).Str("from", budget.Source).Int64("job-memory-limit", ceiling).
+		Int64("soft-limit", debug.SetMemoryLimit(-1)).Msg("memory")
+	if ceiling > 0 && used > ceiling {
+		log.Warn().Int64("job-memory-bytes", used).Int64("job-memory-limit", ceiling).
+			Msg("the recovered jobs are past the job-memory ceiling: puts get OUT_OF_MEMORY until enough are deleted")
+	}
+	if os.Getenv("BEANPOLE_RELEASE_MEMORY") != "0" {
+		giveMemoryBack(func() int64 { u, _ := eng.JobMemory(); return u }, log)
+	}
+}
+
+// reserveFDs is how many descriptors the server keeps free for the binlog
+// by shedding new connections near the open-file limit: a new segment,
+// its spare, the directory opened to fsync it, a file being compacted.
+// Without -b nothing needs them.
+func reserveFDs(cfg *config.Config) int {
+	if cfg.BinlogDir == "" {
+		return 0
+	}
+	return 16
 }
 
 // openBinlog opens and replays the -b directory into the engine and makes

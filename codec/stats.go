@@ -22,6 +22,9 @@ type ServerStats struct {
 	BinlogFailed               bool
 	Draining                   bool
 	ID, Hostname, OS, Platform string
+	// beanpole's own keys, after all of upstream's: the memory charged to
+	// jobs (bodies and a fixed overhead each) and its ceiling (0: none).
+	JobMemoryBytes, JobMemoryLimit uint64
 }
 
 // TubeStats is everything the `stats-tube` reply shows, in upstream's order.

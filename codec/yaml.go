@@ -90,6 +90,8 @@ func AppendStats(dst []byte, s *ServerStats) []byte {
 	dst = appendQuoted(dst, "hostname: ", s.Hostname)
 	dst = appendQuoted(dst, "os: ", s.OS)
 	dst = appendQuoted(dst, "platform: ", s.Platform)
+	dst = appendUint(dst, "job-memory-bytes: ", s.JobMemoryBytes)
+	dst = appendUint(dst, "job-memory-limit: ", s.JobMemoryLimit)
 	return frameOK(dst, start)
 }
 

@@ -7,8 +7,9 @@ import (
 )
 
 // The expected replies below are beanstalkd 1.12's, captured on the wire,
-// with the strings 1.13 quotes (name, tube, hostname, os,
-// platform) put in double quotes and the OK length grown to match.
+// with the strings 1.13 quotes (name, tube, hostname, os, platform) put in
+// double quotes and the OK length grown to match; `stats` also ends with
+// beanpole's two job-memory keys.
 
 // sampleStats holds the values of the captured 1.12 `stats` reply.
 func sampleStats() *ServerStats {
@@ -21,6 +22,7 @@ func sampleStats() *ServerStats {
 		RusageStimeSec: 0, RusageStimeUsec: 12148,
 		Uptime: 3, BinlogMaxSize: 10485760,
 		ID: "019d2b8d3f9dd263", Hostname: "vm", OS: "#1 SMP PREEMPT_DYNAMIC @0", Platform: "x86_64",
+		JobMemoryBytes: 74032, JobMemoryLimit: 8000000,
 	}
 	s.Cmd[OpPut] = 1
 	s.Cmd[OpStats] = 1
@@ -30,7 +32,7 @@ func sampleStats() *ServerStats {
 	return s
 }
 
-const sampleStatsReply = "OK 962\r\n---\ncurrent-jobs-urgent: 1\ncurrent-jobs-ready: 1\ncurrent-jobs-reserved: 0\n" +
+const sampleStatsReply = "OK 1012\r\n---\ncurrent-jobs-urgent: 1\ncurrent-jobs-ready: 1\ncurrent-jobs-reserved: 0\n" +
 	"current-jobs-delayed: 0\ncurrent-jobs-buried: 0\ncmd-put: 1\ncmd-peek: 0\ncmd-peek-ready: 0\n" +
 	"cmd-peek-delayed: 0\ncmd-peek-buried: 0\ncmd-reserve: 0\ncmd-reserve-with-timeout: 0\ncmd-delete: 0\n" +
 	"cmd-release: 0\ncmd-use: 0\ncmd-watch: 0\ncmd-ignore: 0\ncmd-bury: 0\ncmd-kick: 0\ncmd-touch: 0\n" +
@@ -40,7 +42,8 @@ const sampleStatsReply = "OK 962\r\n---\ncurrent-jobs-urgent: 1\ncurrent-jobs-re
 	"total-connections: 1\npid: 16788\nversion: \"1.12\"\nrusage-utime: 0.000000\nrusage-stime: 0.012148\n" +
 	"uptime: 3\nbinlog-oldest-index: 0\nbinlog-current-index: 0\nbinlog-records-migrated: 0\n" +
 	"binlog-records-written: 0\nbinlog-max-size: 10485760\ndraining: false\nid: 019d2b8d3f9dd263\n" +
-	"hostname: \"vm\"\nos: \"#1 SMP PREEMPT_DYNAMIC @0\"\nplatform: \"x86_64\"\n\r\n"
+	"hostname: \"vm\"\nos: \"#1 SMP PREEMPT_DYNAMIC @0\"\nplatform: \"x86_64\"\n" +
+	"job-memory-bytes: 74032\njob-memory-limit: 8000000\n\r\n"
 
 func TestAppendStats(t *testing.T) {
 	checkReply(t, "stats", AppendStats(nil, sampleStats()), sampleStatsReply)

@@ -40,6 +40,10 @@ type Config struct {
 	SyncEvery  time.Duration // -f MS, default 50ms; 0 = fsync before every ack
 	BinlogSize int64         // -s, default 10485760
 	Verbosity  int           // count of -V
+	// MaxJobMemory is --max-job-memory: the ceiling on the memory held by
+	// jobs in bytes; 0 is no ceiling, -1 (the default) derives it from the
+	// memory budget (DefaultJobMemory).
+	MaxJobMemory int64
 
 	// Whether -l / -p appeared at all. Upstream warns that they are
 	// ignored when systemd hands over a socket, even when the value given
@@ -55,6 +59,8 @@ func Defaults() Config {
 		WantSync:   true,
 		SyncEvery:  DefaultSyncEvery,
 		BinlogSize: DefaultBinlogSize,
+
+		MaxJobMemory: -1,
 	}
 }
 
@@ -74,9 +80,9 @@ func Defaults() Config {
 //   - -h and -v act the moment they are seen, so later errors go
 //     unreported, and earlier -c/-n notices have already been printed.
 //
-// Beyond upstream, the whole arguments --help and --version are accepted;
-// upstream rejects them as unknown flags, so no working command line
-// changes meaning.
+// Beyond upstream, the whole arguments --help and --version are accepted,
+// and --max-job-memory BYTES (or --max-job-memory=BYTES); upstream rejects
+// them as unknown flags, so no working command line changes meaning.
 func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done bool) {
 	cfg = Defaults()
 	warnx := func(format string, a ...any) {
@@ -98,6 +104,23 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 		case "--version":
 			fmt.Fprintf(stdout, "%s %s\n", progName, Version)
 			return cfg, 0, true
+		}
+		if v, ok := strings.CutPrefix(arg, maxJobMemoryFlag); ok && (v == "" || v[0] == '=') {
+			if v == "" {
+				if i == len(args) {
+					return fail("flag requires an argument: %s", maxJobMemoryFlag)
+				}
+				v = args[i]
+				i++
+			} else {
+				v = v[1:]
+			}
+			n, ok := parseMemSize(v)
+			if !ok {
+				return fail("invalid size for %s: %s", maxJobMemoryFlag, v)
+			}
+			cfg.MaxJobMemory = n
+			continue
 		}
 		if len(arg) < 2 || arg[0] != '-' {
 			return fail("unknown argument: %s", arg)
@@ -182,6 +205,9 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 	}
 	return cfg, 0, false
 }
+
+// maxJobMemoryFlag sets Config.MaxJobMemory.
+const maxJobMemoryFlag = "--max-job-memory"
 
 // syncInterval converts -f's millisecond count, already reduced modulo 2^64
 // like C's size_t, into an fsync interval. Upstream casts it to int64 and

@@ -34,6 +34,10 @@ Options:
 Long options:
  --help     same as -h
  --version  same as -v
+ --max-job-memory BYTES
+            ceiling on the memory held by jobs (suffix K, M, G, T allowed;
+            0 for none); past it puts get OUT_OF_MEMORY (default is derived
+            from the cgroup, address-space or physical memory limit)
 `
 
 // with returns the defaults changed by f, for compact table entries.
@@ -148,6 +152,24 @@ func TestParse(t *testing.T) {
 		{name: "notice before h", args: []string{"-c", "-h"}, stderr: cNotice + usageText, done: true},
 		{name: "long help", args: []string{"--help"}, stderr: usageText, done: true},
 		{name: "long version", args: []string{"--version"}, stdout: "beanpole 0.1.0\n", done: true},
+
+		// --max-job-memory, beanpole's own long option.
+		{name: "max job memory", args: []string{"--max-job-memory", "8000000", "-V"},
+			want: with(func(c *Config) { c.MaxJobMemory = 8000000; c.Verbosity = 1 })},
+		{name: "max job memory =", args: []string{"-V", "--max-job-memory=2G"},
+			want: with(func(c *Config) { c.MaxJobMemory = 2 << 30; c.Verbosity = 1 })},
+		{name: "max job memory off", args: []string{"--max-job-memory", "0"},
+			want: with(func(c *Config) { c.MaxJobMemory = 0 })},
+		{name: "max job memory missing", args: []string{"--max-job-memory"},
+			stderr: usageErr("flag requires an argument: --max-job-memory"), code: 5, done: true},
+		{name: "max job memory signed", args: []string{"--max-job-memory=-1"},
+			stderr: usageErr("invalid size for --max-job-memory: -1"), code: 5, done: true},
+		{name: "max job memory junk", args: []string{"--max-job-memory", "12x"},
+			stderr: usageErr("invalid size for --max-job-memory: 12x"), code: 5, done: true},
+		{name: "max job memory overflow", args: []string{"--max-job-memory", "9000000000000T"},
+			stderr: usageErr("invalid size for --max-job-memory: 9000000000000T"), code: 5, done: true},
+		{name: "max job memory prefix only", args: []string{"--max-job-memoryX"},
+			stderr: usageErr("unknown flag: --max-job-memoryX"), code: 5, done: true},
 
 		// Unknown flags: upstream prints from the character before the bad one.
 		{name: "unknown", args: []string{"-x"}, stderr: usageErr("unknown flag: -x"), code: 5, done: true},

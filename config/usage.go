@@ -33,6 +33,10 @@ Options:
 Long options:
  --help     same as -h
  --version  same as -v
+ --max-job-memory BYTES
+            ceiling on the memory held by jobs (suffix K, M, G, T allowed;
+            0 for none); past it puts get OUT_OF_MEMORY (default is derived
+            from the cgroup, address-space or physical memory limit)
 `, progName, progName,
 		DefaultSyncEvery.Milliseconds(), DefaultPort,
 		DefaultMaxJobSize, MaxJobSizeLimit, DefaultBinlogSize)

@@ -8,7 +8,11 @@ import (
 
 // Put creates a job with a fresh id from NextID in the used tube. delay and
 // ttr are as given on the wire; a ttr below 1 s becomes 1 s. An error
-// (ErrNoRoom, ErrLogFailed) means no job was made.
+// (ErrNoMemory, ErrNoRoom, ErrLogFailed) means no job was made.
+//
+// The job's memory is charged here, before anything else (memory.go): past
+// the ceiling the put is refused with ErrNoMemory. With a binlog a put
+// waiting for its record is charged too.
 //
 // With a binlog the job is published (put in the id table and its tube's
 // heaps, where reserves, peeks and stats see it) only once its record is
@@ -19,6 +23,10 @@ import (
 func (c *Client) Put(id uint64, pri uint32, delay, ttr time.Duration, body []byte) (*Job, error) {
 	if ttr < time.Second {
 		ttr = time.Second
+	}
+	cost := jobCost(body)
+	if !c.e.charge(c.shard, cost) {
+		return nil, ErrNoMemory
 	}
 	wall := time.Now()
 	now := int64(wall.Sub(c.e.base))
@@ -46,7 +54,7 @@ func (c *Client) Put(id uint64, pri uint32, delay, ttr time.Duration, body []byt
 	c.appended.Add(1)
 	if err := c.e.jl.Put(&r, (*putAck)(j)); err != nil {
 		c.appended.Add(^uint64(0))
-		c.e.unpublished(j)
+		c.e.unpublished(j, c.shard)
 		return nil, c.e.refused(err)
 	}
 	return j, nil
@@ -79,8 +87,9 @@ func (e *Engine) publish(j *Job, shard int, now int64) {
 }
 
 // unpublished drops a put whose record was refused or failed: it never
-// existed for anyone.
-func (e *Engine) unpublished(j *Job) {
+// existed for anyone. Its memory goes back on shard.
+func (e *Engine) unpublished(j *Job, shard int) {
+	e.uncharge(shard, jobCost(j.Body))
 	t := j.Tube
 	t.mu.Lock()
 	t.jobs--
@@ -146,6 +155,7 @@ func (c *Client) Delete(id uint64) (bool, error) {
 	empty := t.jobs == 0
 	t.mu.Unlock()
 	c.e.jobs.Delete(id)
+	c.e.uncharge(c.shard, jobCost(j.Body))
 	if empty {
 		c.e.reg.maybeFree(t)
 	}

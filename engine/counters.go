@@ -21,6 +21,12 @@ const (
 	cProducers
 	cWorkers
 	cWaiting
+	// cJobBytes is the memory charged to jobs (memory.go): bodies plus a
+	// fixed overhead each, and, with a ceiling, the grant of the shard
+	// not yet spent. cJobGrant is that unspent grant; only the shard's own
+	// loop changes it.
+	cJobBytes
+	cJobGrant
 	numCounters
 )
 

@@ -27,6 +27,7 @@ type Engine struct {
 	jl          Journal
 	logFailure  atomic.Pointer[string] // the binlog's first failure
 	tubeSeq     atomic.Uint64          // hands out Tube.order
+	memLimit    int64                  // ceiling on job memory (memory.go); 0: none
 }
 
 // New makes an engine for a server with the given number of event loops.

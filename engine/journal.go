@@ -147,7 +147,7 @@ func (a *putAck) Durable(err error) {
 	c := j.owner
 	j.owner = nil
 	if err != nil {
-		c.e.unpublished(j)
+		c.e.unpublished(j, 0)
 	} else {
 		c.e.publish(j, 0, c.e.mono()) // the writer's counters share the timers' shard
 	}
@@ -221,6 +221,7 @@ func (e *Engine) Restore(rec *persist.Recovered) {
 			delay: int64(r.Delay), ttr: int64(r.TTR), createdAt: r.CreatedAt, buriedSeq: r.BuriedSeq,
 			reserves: r.Reserves, timeouts: r.Timeouts, releases: r.Releases, buries: r.Buries, kicks: r.Kicks}
 		e.jobs.Put(j)
+		e.ctr.add(0, cJobBytes, jobCost(j.Body)) // past any ceiling: the jobs exist
 		t.mu.Lock()
 		t.jobs++
 		switch r.State {

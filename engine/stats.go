@@ -83,6 +83,8 @@ func (e *Engine) Stats(st *codec.ServerStats) {
 	st.CurrentTubes = uint64(len(e.reg.list))
 	e.reg.mu.Unlock()
 	st.Draining = e.Draining()
+	used, limit := e.JobMemory()
+	st.JobMemoryBytes, st.JobMemoryLimit = uint64(used), uint64(limit)
 }
 
 // AppendTubeNames appends every tube's name in list-tubes order.

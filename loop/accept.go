@@ -16,6 +16,11 @@ import (
 // give up a spare descriptor, accept the waiting connection and close it
 // at once, so the client gets a clean close instead of a hang, then back
 // off before trying again. The condition is logged once per episode.
+//
+// With Config.ReserveFDs (-b), a connection is also shed while the
+// process is within that many descriptors of its limit, before it is
+// enrolled (reserve.go): the binlog must never fail to open a segment
+// because clients took every descriptor.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	s.listeners = append(s.listeners, ln)
@@ -42,24 +47,28 @@ func (s *Server) Serve(ln net.Listener) error {
 			a.failed(err, true)
 			continue
 		}
+		if s.cfg.ReserveFDs > 0 && a.reserveShort(nc) {
+			continue
+		}
 		// EnrollContext dups the descriptor, which can fail at the limit
 		// too; it closes nc either way, so that client is answered already.
 		if _, err := s.cli.EnrollContext(nc, nil); err != nil {
 			a.failed(err, false)
 			continue
 		}
-		if a.backoff != 0 {
+		if a.backoff != 0 || a.shedding {
 			s.log.Warn().Msg("accepting connections again")
-			a.backoff = 0
+			a.backoff, a.shedding = 0, false
 		}
 	}
 }
 
 type acceptor struct {
-	s       *Server
-	ln      net.Listener
-	spare   *os.File
-	backoff time.Duration
+	s        *Server
+	ln       net.Listener
+	spare    *os.File
+	backoff  time.Duration
+	shedding bool // shedding to keep descriptors in reserve (reserve.go)
 }
 
 func (a *acceptor) failed(err error, shed bool) {

@@ -170,10 +170,11 @@ func (s *Server) okErr(out *output, ok bool, err error, reply []byte) {
 	}
 }
 
-// refusal is the reply to a change the binlog refused: OUT_OF_MEMORY for
-// a full disk, as upstream; INTERNAL_ERROR once the log has failed.
+// refusal is the reply to a change the engine refused: OUT_OF_MEMORY for
+// a full disk, as upstream, and for a put past the job-memory ceiling, as
+// upstream when malloc fails; INTERNAL_ERROR once the log has failed.
 func refusal(err error) []byte {
-	if errors.Is(err, engine.ErrNoRoom) {
+	if errors.Is(err, engine.ErrNoRoom) || errors.Is(err, engine.ErrNoMemory) {
 		return codec.RepOutOfMemory
 	}
 	return codec.RepInternalError
@@ -219,7 +220,7 @@ func (s *Server) finishPut(c *conn) {
 	p := c.put
 	j, err := c.cl.Put(p.id, p.pri, time.Duration(p.delay)*time.Second, time.Duration(p.ttr)*time.Second, body)
 	if err != nil {
-		// The binlog refused it (the id is burned).
+		// The job-memory ceiling or the binlog refused it (the id is burned).
 		out.buf = append(out.buf, refusal(err)...)
 		return
 	}

@@ -32,6 +32,10 @@ type Config struct {
 	// Output flow control: past HighWater bytes of unsent replies a
 	// connection's further input waits; past HardCap it is closed.
 	HighWater, HardCap int
+	// ReserveFDs: new connections are shed (accepted and closed at once)
+	// while fewer than this many descriptors would be left under the
+	// open-file limit, so the binlog can always open its files. 0: none.
+	ReserveFDs int
 }
 
 // Server runs the event loops and the accept goroutines.
