@@ -117,7 +117,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	// Measured once the loops run, since an address-space limit counts
 	// what they have mapped; set before the first client connects.
-	limitMemory(&cfg, eng, log)
+	limitMemory(&cfg, eng, srv, log)
 
 	// BEANPOLE_CPUPROFILE=FILE profiles the whole run (written at a
 	// graceful stop): how performance work on beanpole is measured.
@@ -167,12 +167,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // limitMemory sets the ceiling on job memory (--max-job-memory, by default
-// derived from the memory budget: config.DefaultJobMemory), the Go
+// derived from the memory budget: config.DefaultJobMemory), the budget for
+// the input that waiting connections hold (an eighth of the memory budget,
+// at least 64 MiB; BEANPOLE_INPUT_BUDGET_MB overrides it), the Go
 // runtime's soft memory limit (unless GOMEMLIMIT set one) and the release
 // of freed memory after a drain (memrelease.go; BEANPOLE_RELEASE_MEMORY=0
 // turns it off).
-func limitMemory(cfg *config.Config, eng *engine.Engine, log zerolog.Logger) {
+func limitMemory(cfg *config.Config, eng *engine.Engine, srv *loop.Server, log zerolog.Logger) {
 	budget := config.DetectMemoryBudget()
+	input := max(budget.Bytes/8, 64<<20)
+	if v, err := strconv.ParseInt(os.Getenv("BEANPOLE_INPUT_BUDGET_MB"), 10, 32); err == nil && v > 0 {
+		input = v << 20
+	}
+	srv.SetInputBudget(input)
 	ceiling := cfg.MaxJobMemory
 	if ceiling < 0 {
 		ceiling = config.DefaultJobMemory(budget.Bytes)
@@ -182,7 +189,7 @@ func limitMemory(cfg *config.Config, eng *engine.Engine, log zerolog.Logger) {
 		debug.SetMemoryLimit(config.SoftMemoryLimit(budget.Bytes))
 	}
 	used, _ := eng.JobMemory()
-	log.Info().Int64("budget", budget.Bytes).Str("from", budget.Source).Int64("job-memory-limit", ceiling).
+	log.Info().Int64("budget", budget.Bytes).Str("from", budget.Source).Int64("job-memory-limit", ceiling).Int64("input-budget", input).
 		Int64("soft-limit", debug.SetMemoryLimit(-1)).Msg("memory")
 	if ceiling > 0 && used > ceiling {
 		log.Warn().Int64("job-memory-bytes", used).Int64("job-memory-limit", ceiling).

@@ -8,9 +8,13 @@ package e2e
 
 import (
 	"bytes"
+	"errors"
 	"io"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -192,4 +196,85 @@ func TestPipeliningProducersAreNotReset(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A thousand connections each parked in reserve and flooding the server
+// with commands, never reading (the way to pin memory that the issue about
+// flow control found: 1,000 such clients took RSS to 3.5 GB). Each is read
+// at most once past its reserve, so the server holds at most one read
+// (256 KiB) of input per connection, and all waiting connections together
+// hold no more than the input budget: past it, the connection that would
+// cross it is closed. Another client's round trip stays fast throughout.
+func TestThousandParkedFloodersStayBounded(t *testing.T) {
+	skipUnlessBeanpole(t, "the bound on what the server reads is beanpole's")
+	const conns = 1000
+	t.Run("1 GiB budget", func(t *testing.T) {
+		// Each holds at most one read: 256 KiB, plus its connection state.
+		t.Setenv("BEANPOLE_INPUT_BUDGET_MB", "1024")
+		grown, closed := floodParked(t, conns)
+		if limit := int64(conns * (256 + 16)); !raceSkipsBound(t, "the RSS bound") && grown > limit {
+			t.Fatalf("server RSS grew %d kB with %d parked flooders (limit %d kB)", grown, conns, limit)
+		}
+		if closed != 0 {
+			t.Fatalf("%d of %d parked flooders closed within a 1 GiB input budget", closed, conns)
+		}
+	})
+	t.Run("16 MiB budget", func(t *testing.T) {
+		t.Setenv("BEANPOLE_INPUT_BUDGET_MB", "16")
+		grown, closed := floodParked(t, conns)
+		if limit := int64(16<<10 + conns*16); !raceSkipsBound(t, "the RSS bound") && grown > limit {
+			t.Fatalf("server RSS grew %d kB with %d parked flooders and a 16 MiB input budget (limit %d kB)", grown, conns, limit)
+		}
+		if closed == 0 {
+			t.Fatalf("all %d parked flooders kept with a 16 MiB input budget", conns)
+		}
+	})
+}
+
+// floodParked parks conns connections in reserve, each followed by 512 KiB
+// of commands written until TCP holds it back, and reports how much the
+// server's RSS grew (kB) and how many of them it closed.
+func floodParked(t *testing.T, conns int) (grown int64, closed int) {
+	s := startServer(t)
+	pid := s.pid()
+	other := s.dial(t)
+	rss0 := procStatusKB(t, pid, "VmRSS")
+	flood := []byte("reserve\r\n" + strings.Repeat(listUsed, (512<<10)/len(listUsed)))
+	cs := make([]*conn, conns)
+	for i := range cs {
+		cs[i] = s.dial(t)
+	}
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Write until TCP holds the client back; the rest is dropped.
+			_ = c.nc.SetWriteDeadline(time.Now().Add(3 * time.Second))
+			_, _ = c.nc.Write(flood)
+		}()
+	}
+	wg.Wait()
+	// Which did the server close? Those whose read ends (EOF or reset)
+	// rather than waits: a parked reserve sends nothing.
+	var n atomic.Int64
+	for _, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
+			var b [1]byte
+			if _, err := c.nc.Read(b[:]); !errors.Is(err, os.ErrDeadlineExceeded) {
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	closed = int(n.Load())
+	waitWaiting(t, other, conns-closed)
+	rtt := roundTrip(t, other, defaultTimeout)
+	grown = procStatusKB(t, pid, "VmRSS") - rss0
+	t.Logf("%d parked flooders (%d closed): server RSS +%d kB (%d B a connection); another client's round trip %v",
+		conns, closed, grown, grown<<10/int64(conns), rtt)
+	return grown, closed
 }

@@ -39,6 +39,9 @@ type conn struct {
 	closing bool
 	// readPaused: gnet does not read the socket (see setReading).
 	readPaused bool
+	// heldIn is the input counted against the loop's budget while c
+	// waits (checkInputCap); 0 while it runs.
+	heldIn int
 
 	held *heldReplies // allocated at the first hold (only with -b)
 

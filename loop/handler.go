@@ -28,6 +28,7 @@ func (h *handler) OnClose(gc gnet.Conn, err error) gnet.Action {
 	}
 	s := h.s
 	c.closed = true
+	s.holdInput(c, 0)
 	if c.throttled || c.closing {
 		s.throttled.remove(c)
 	}

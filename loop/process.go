@@ -42,6 +42,9 @@ func (s *Server) process(c *conn) gnet.Action {
 	if c.closed {
 		out.discard() // gnet closed it under a write: nothing can be sent
 	} else if action == gnet.None {
+		if c.heldIn != 0 && !c.waits() {
+			s.holdInput(c, 0)
+		}
 		c.setReading()
 	}
 	out.release(c)
@@ -293,17 +296,41 @@ func keepTrailingCR(buf []byte, off int) int {
 	return len(buf)
 }
 
-// checkInputCap is the last line of defence behind setReading: a
+// checkInputCap is the last line of defence behind setReading. A
 // connection that cannot be served is not read, so its buffered input
-// stays within what it had sent before plus one read; should gnet still
-// buffer past the cap, the connection is closed rather than let it grow.
+// stays within what it had sent before plus one read (256 KiB); that is
+// counted against its loop's share of the input budget while it waits.
+// Should one connection still buffer past the cap, or the loop's waiting
+// connections together past their budget (thousands of clients, each
+// parked in reserve behind a read of further commands), the connection
+// that would cross it is closed rather than let memory grow.
 func (s *Server) checkInputCap(c *conn) gnet.Action {
-	if n := c.gc.InboundBuffered(); n > s.inCap {
+	n := c.gc.InboundBuffered()
+	if n > s.inCap {
 		s.log.Warn().Str("remote", addr(c.gc)).Int("buffered", n).Msg("closing connection: too much input while its reserve waits or its replies back up")
 		return gnet.Close
 	}
+	if n > c.heldIn && c.ls.heldIn+int64(n-c.heldIn) > s.inBudget {
+		if now := time.Now(); now.Sub(c.ls.inputWarned) >= time.Second {
+			c.ls.inputWarned = now
+			s.log.Warn().Str("remote", addr(c.gc)).Int("buffered", n).Int64("budget", s.inBudget).
+				Msg("closing connections: the input held by waiting connections is at its budget")
+		}
+		return gnet.Close
+	}
+	s.holdInput(c, n)
 	return gnet.None
 }
+
+// holdInput sets the input c holds against its loop's budget.
+func (s *Server) holdInput(c *conn, n int) {
+	c.ls.heldIn += int64(n - c.heldIn)
+	c.heldIn = n
+}
+
+// waits reports whether c's input waits: for its reserve, its binlog
+// records, or its output to drain.
+func (c *conn) waits() bool { return c.parked || c.awaiting || c.throttled || c.held.pending() }
 
 // readBody copies as much of the put body as buf holds. A body that is all
 // there is cloned in one go (append does not zero memory it is about to

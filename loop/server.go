@@ -38,6 +38,15 @@ type Config struct {
 	ReserveFDs int
 }
 
+// DefaultInputBudget is the input budget until SetInputBudget sets one.
+const DefaultInputBudget = 256 << 20
+
+// SetInputBudget bounds the input held, all connections together, by
+// connections that wait (see checkInputCap). Call it before Serve.
+func (s *Server) SetInputBudget(n int64) {
+	s.inBudget = max(n/int64(s.cfg.Loops), int64(s.inCap))
+}
+
 // Server runs the event loops and the accept goroutines.
 type Server struct {
 	cfg   Config
@@ -46,6 +55,8 @@ type Server struct {
 	log   zerolog.Logger
 	info  serverInfo
 	inCap int // input a parked or throttled connection may buffer
+	// inBudget is each loop's share of Config.InputBudget.
+	inBudget int64
 
 	mu        sync.Mutex
 	loops     map[gnet.EventLoop]*loopState
@@ -66,6 +77,10 @@ type loopState struct {
 	tubes [][]byte // scratch for list-tubes
 	iov   [][]byte // scratch for writing held replies
 	yaml  []byte
+	// heldIn is the input buffered by this loop's waiting connections
+	// (the sum of their conn.heldIn), kept within Server.inBudget.
+	heldIn      int64
+	inputWarned time.Time // the last warning about the budget
 	// cmd counts commands for `stats`; atomics only so `stats` on another
 	// loop may read them: this cache line is written by this loop alone.
 	cmd [codec.NumOps]atomic.Uint64
@@ -85,6 +100,7 @@ func New(cfg Config, eng *engine.Engine) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, eng: eng, log: cfg.Log, loops: make(map[gnet.EventLoop]*loopState)}
 	s.inCap = max(4<<20, 2*(int(cfg.MaxJobSize)+256))
+	s.SetInputBudget(DefaultInputBudget)
 	s.info = newServerInfo(cfg.Version)
 	s.throttled.init()
 	cli, err := gnet.NewClient(&handler{s: s},
