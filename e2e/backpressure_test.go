@@ -93,10 +93,32 @@ func TestParkedClientIsHeldBackByTCP(t *testing.T) {
 // commands (more than the input cap, so the old close-on-flood would have
 // struck), another reads 64 KiB every 10 ms. Every reply arrives, in
 // order, and the server's memory stays bounded.
+// It runs in every binlog mode: peeks have no records, but with -b the
+// put before them waits for its own.
 func TestSlowReaderIsServedNotReset(t *testing.T) {
 	skipUnlessBeanpole(t, "the memory bound is beanpole's")
 	t.Parallel()
-	s := startServer(t)
+	for _, mode := range []struct {
+		name  string
+		flags []string
+	}{
+		{"no-binlog", nil},
+		{"f0", []string{"-f0"}},
+		{"f50", []string{"-f50"}},
+		{"F", []string{"-F"}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			flags := mode.flags
+			if flags != nil {
+				flags = append([]string{"-b", t.TempDir()}, flags...)
+			}
+			slowReaderIsServed(t, startServer(t, flags...))
+		})
+	}
+}
+
+func slowReaderIsServed(t *testing.T, s *server) {
 	pid := s.pid()
 	c, other := s.dial(t), s.dial(t)
 	body := pattern(60000)
