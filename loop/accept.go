@@ -2,14 +2,28 @@ package loop
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Serve accepts connections from ln until Stop and hands each to an event
 // loop. It returns when ln is closed.
+//
+// It accepts with accept4 in batches on its own copy of the listener's
+// descriptor, blocking in poll(2) between batches, and hands each new
+// descriptor to a loop with the patched gnet's EnrollFD, which neither
+// dups it nor waits for the loop to register it: a reconnect storm is
+// accepted as fast as the kernel hands connections over, several
+// registrations in flight. No net.Conn is built (nothing to collect, no
+// registration in Go's poller), the listener's address is shared by all
+// its connections, and the peer's address is looked up only when a log
+// line needs it (addr in handler.go). Go's listener cannot do this: its
+// raw descriptor offers Control but no Read to wait on.
 //
 // Running out of descriptors must neither spin nor leave clients hanging
 // in the backlog (upstream #351, #361, #628, #651): on EMFILE/ENFILE we
@@ -18,66 +32,129 @@ import (
 // off before trying again. The condition is logged once per episode.
 //
 // With Config.ReserveFDs (-b), a connection is also shed while the
-// process is within that many descriptors of its limit, before it is
-// enrolled (reserve.go): the binlog must never fail to open a segment
-// because clients took every descriptor.
+// process is within that many descriptors of its limit (reserve.go): the
+// binlog must never fail to open a segment because clients took every
+// descriptor.
 func (s *Server) Serve(ln net.Listener) error {
+	fl, ok := ln.(interface{ File() (*os.File, error) })
+	if !ok {
+		return fmt.Errorf("listener %T has no descriptor to accept on", ln)
+	}
+	f, err := fl.File()
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	lfd := int(f.Fd())
+	if err := unix.SetNonblock(lfd, true); err != nil {
+		return err
+	}
+	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(stop)
+
 	s.mu.Lock()
+	if s.stopping.Load() {
+		s.mu.Unlock()
+		return nil
+	}
 	s.listeners = append(s.listeners, ln)
+	s.stops = append(s.stops, stop)
 	s.acceptWG.Add(1)
 	s.mu.Unlock()
 	defer s.acceptWG.Done()
 
-	a := acceptor{s: s, ln: ln}
+	network := "tcp"
+	if _, ok := ln.(*net.UnixListener); ok {
+		network = "unix"
+	} else if err := unix.SetsockoptInt(lfd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1); err != nil {
+		// As upstream: SO_KEEPALIVE on the listening socket, which Linux
+		// passes on to the sockets it accepts (with the kernel's timers).
+		return err
+	}
+	a := acceptor{s: s, network: network, local: ln.Addr()}
 	a.spare, _ = os.Open(os.DevNull)
 	defer func() {
 		if a.spare != nil {
 			a.spare.Close()
 		}
 	}()
-	for {
+	fds := []unix.PollFd{{Fd: int32(lfd), Events: unix.POLLIN}, {Fd: int32(stop), Events: unix.POLLIN}}
+	for a.acceptAll(lfd) {
+		if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
+			return err
+		}
+		if fds[1].Revents != 0 {
+			break
+		}
+	}
+	return nil
+}
+
+// acceptAll accepts and enrolls every connection waiting on lfd. It
+// reports true when none is left (poll for the next), false to stop.
+func (a *acceptor) acceptAll(lfd int) bool {
+	for !a.s.stopping.Load() {
 		if a.spare == nil {
 			a.spare, _ = os.Open(os.DevNull)
 		}
-		nc, err := ln.Accept()
-		if err != nil {
-			if s.stopping.Load() || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			a.failed(err, true)
+		fd, err := accept(lfd)
+		switch err {
+		case nil:
+		case unix.EAGAIN:
+			return true
+		case unix.EINTR, unix.ECONNABORTED:
+			continue
+		default:
+			a.failed(lfd, err)
 			continue
 		}
-		if s.cfg.ReserveFDs > 0 && a.reserveShort(nc) {
+		if a.s.cfg.ReserveFDs > 0 && a.reserveShort(fd) {
 			continue
 		}
-		// EnrollContext dups the descriptor, which can fail at the limit
-		// too; it closes nc either way, so that client is answered already.
-		if _, err := s.cli.EnrollContext(nc, nil); err != nil {
-			a.failed(err, false)
+		if err := a.s.cli.EnrollFD(fd, a.network, a.local, nil, nil); err != nil {
+			a.failed(-1, err) // fd is closed: that client is answered already
 			continue
 		}
 		if a.backoff != 0 || a.shedding {
-			s.log.Warn().Msg("accepting connections again")
+			a.s.log.Warn().Msg("accepting connections again")
 			a.backoff, a.shedding = 0, false
 		}
 	}
+	return false
+}
+
+// accept is accept4(2) without asking for the peer's address: nothing is
+// allocated per connection.
+func accept(lfd int) (int, error) {
+	fd, _, errno := unix.Syscall6(unix.SYS_ACCEPT4, uintptr(lfd), 0, 0, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
+	if errno != 0 {
+		return -1, errno
+	}
+	return int(fd), nil
 }
 
 type acceptor struct {
 	s        *Server
-	ln       net.Listener
+	network  string   // "tcp" or "unix", for gnet
+	local    net.Addr // the listener's, shared by its connections
 	spare    *os.File
 	backoff  time.Duration
 	shedding bool // shedding to keep descriptors in reserve (reserve.go)
 }
 
-func (a *acceptor) failed(err error, shed bool) {
+// failed handles an accept or enroll error: out of descriptors, it sheds
+// a waiting client on lfd (when lfd >= 0); any error is logged once per
+// episode and backs off.
+func (a *acceptor) failed(lfd int, err error) {
 	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 		if a.backoff == 0 {
 			a.s.log.Warn().Err(err).Msg("out of file descriptors: closing new connections until some are free")
 		}
-		if shed {
-			a.shed()
+		if lfd >= 0 {
+			a.shed(lfd)
 		}
 	} else if a.backoff == 0 {
 		a.s.log.Error().Err(err).Msg("accept failed")
@@ -87,23 +164,16 @@ func (a *acceptor) failed(err error, shed bool) {
 }
 
 // shed closes one client that is already waiting in the backlog, using the
-// spare descriptor for it. Linux's accept4 reports EMFILE even when nobody
-// is waiting, so the accept here must not block: it would take the slot of
-// the next client that could have been served.
-func (a *acceptor) shed() {
-	dl, ok := a.ln.(interface{ SetDeadline(time.Time) error })
-	if a.spare == nil || !ok {
+// spare descriptor for it (the listener is non-blocking: with nobody
+// waiting, accept4 just says so).
+func (a *acceptor) shed(lfd int) {
+	if a.spare == nil {
 		return
 	}
 	a.spare.Close()
 	a.spare = nil
-	// Not time.Now(): Go checks an expired deadline before it even calls
-	// accept4, so that would never take the waiting client.
-	if dl.SetDeadline(time.Now().Add(time.Millisecond)) == nil {
-		if c, err := a.ln.Accept(); err == nil {
-			c.Close()
-		}
-		_ = dl.SetDeadline(time.Time{})
+	if fd, err := accept(lfd); err == nil {
+		unix.Close(fd)
 	}
 	a.spare, _ = os.Open(os.DevNull)
 }

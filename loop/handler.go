@@ -1,7 +1,10 @@
 package loop
 
 import (
+	"net/netip"
+
 	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
 )
 
 // handler adapts gnet's callbacks to the server.
@@ -51,6 +54,19 @@ func (h *handler) OnTraffic(gc gnet.Conn) gnet.Action {
 func addr(gc gnet.Conn) string {
 	if a := gc.RemoteAddr(); a != nil {
 		return a.String()
+	}
+	// Serve does not keep the peer's address (accept.go): ask the kernel.
+	sa, err := unix.Getpeername(gc.Fd())
+	if err != nil {
+		return ""
+	}
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)).String()
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port)).String()
+	case *unix.SockaddrUnix:
+		return "unix:" + sa.Name
 	}
 	return ""
 }

@@ -1,9 +1,6 @@
 package loop
 
-import (
-	"net"
-	"testing"
-)
+import "testing"
 
 func TestShortOfFDs(t *testing.T) {
 	for _, c := range []struct {
@@ -24,31 +21,3 @@ func TestShortOfFDs(t *testing.T) {
 		}
 	}
 }
-
-// The probe names the descriptor the next dup gets: the lowest free one,
-// and leaves it free.
-func TestProbeNextFD(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Skip(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fd, ok := probeNextFD(c)
-	if !ok || fd < 0 {
-		t.Fatalf("probe: %d %v", fd, ok)
-	}
-	again, _ := probeNextFD(c)
-	if again != fd {
-		t.Fatalf("the probe kept its descriptor: %d then %d", fd, again)
-	}
-	if fd2, ok := probeNextFD(pipeConn{}); !ok || fd2 != -1 {
-		t.Fatalf("a conn without a descriptor: %d %v", fd2, ok)
-	}
-}
-
-type pipeConn struct{ net.Conn }

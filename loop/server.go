@@ -10,6 +10,7 @@ package loop
 
 import (
 	"context"
+	"encoding/binary"
 	"net"
 	"runtime"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/beanpole/beanpole/engine"
 	"github.com/panjf2000/gnet/v2"
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 )
 
 // Config is what the network layer needs to know.
@@ -61,6 +63,7 @@ type Server struct {
 	mu        sync.Mutex
 	loops     map[gnet.EventLoop]*loopState
 	listeners []net.Listener
+	stops     []int // eventfds that stop each Serve's poll
 	stopping  atomic.Bool
 	acceptWG  sync.WaitGroup
 
@@ -150,6 +153,11 @@ func (s *Server) Stop(ctx context.Context) {
 	s.mu.Lock()
 	for _, ln := range s.listeners {
 		_ = ln.Close()
+	}
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1) // wakes the acceptors' poll
+	for _, fd := range s.stops {
+		_, _ = unix.Write(fd, one[:])
 	}
 	s.mu.Unlock()
 	s.acceptWG.Wait()
