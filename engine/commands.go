@@ -32,7 +32,7 @@ func (c *Client) Put(id uint64, pri uint32, delay, ttr time.Duration, body []byt
 	now := int64(wall.Sub(c.e.base))
 	t := c.use
 	j := &Job{ID: id, Tube: t, Body: body, Pri: pri, heapIndex: -1,
-		delay: int64(delay), ttr: int64(ttr), createdAt: wall.UnixNano()}
+		delay: seconds(delay), ttr: seconds(ttr), createdAt: wall.UnixNano()}
 	if delay > 0 {
 		j.deadline = now + int64(delay)
 	}
@@ -73,7 +73,7 @@ func (e *Engine) publish(j *Job, shard int, now int64) {
 		t.jobs++ // with a binlog, counted when the put was logged
 	}
 	t.totalJobs++
-	if j.delay > 0 {
+	if j.deadline != 0 { // a delayed put (Put set when it becomes ready)
 		t.insert(j, Delayed, shard)
 	} else {
 		t.insert(j, Ready, shard)
@@ -189,7 +189,7 @@ func (c *Client) Release(id uint64, pri uint32, delay time.Duration) (bool, erro
 	c.unlinkReserved(j)
 	j.owner = nil
 	j.Pri = pri
-	j.delay = int64(delay)
+	j.delay = seconds(delay)
 	j.releases++
 	var cl claims
 	if delay > 0 {
@@ -240,7 +240,7 @@ func (c *Client) Touch(id uint64) bool {
 	if j == nil {
 		return false
 	}
-	j.deadline = c.e.mono() + j.ttr
+	j.deadline = c.e.mono() + j.ttrNs()
 	j.Tube.ttr.Fix(j)
 	j.Tube.mu.Unlock()
 	return true

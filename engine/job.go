@@ -1,5 +1,10 @@
 package engine
 
+import (
+	"math"
+	"time"
+)
+
 // State is where a job is in its life.
 type State uint8
 
@@ -18,6 +23,10 @@ func (s State) String() string { return stateNames[s] }
 // Job is one unit of work. Its tube never changes, so every mutable field is
 // guarded by the tube's lock; the body is immutable once the job exists, so
 // it can be written to a socket without holding any lock.
+//
+// Its fields are ordered to fill 128 bytes, a size class of Go's allocator,
+// exactly (TestJobFillsItsSizeClass): a million queued jobs cost what C's
+// do. Delay and TTR are whole seconds, as the protocol gives them.
 type Job struct {
 	ID   uint64
 	Tube *Tube
@@ -25,28 +34,35 @@ type Job struct {
 	// one slice straight from here.
 	Body []byte
 
-	Pri       uint32
-	state     State
-	heapIndex int32 // position in the ready, delay or ttr heap; -1 when in none
-
-	delay     int64 // ns, as last given by put or release
-	ttr       int64 // ns
-	createdAt int64 // wall-clock ns: survives a restart, drives stats-job age
-	// deadline is monotonic ns: when a delayed job becomes ready, or when a
-	// reserved job's TTR runs out.
-	deadline int64
-
 	// owner is the client holding the job while reserved. prev/next link the
 	// job into that client's reserved list, or into its tube's buried list:
 	// the two states are exclusive, so the links are shared.
 	owner      *Client
 	prev, next *Job
-	inList     bool // in owner's reserved list (guarded by owner.mu)
 
+	createdAt int64 // wall-clock ns: survives a restart, drives stats-job age
+	// deadline is monotonic ns: when a delayed job becomes ready, or when a
+	// reserved job's TTR runs out.
+	deadline  int64
 	buriedSeq uint64 // place in the tube's buried list, as logged
 
+	Pri       uint32
+	heapIndex int32  // position in the ready, delay or ttr heap; -1 when in none
+	delay     uint32 // s, as last given by put or release
+	ttr       uint32 // s
+
 	reserves, timeouts, releases, buries, kicks uint32
+
+	state  State
+	inList bool // in owner's reserved list (guarded by owner.mu)
 }
+
+// seconds is a delay or TTR as a job keeps it: whole seconds (the protocol
+// has nothing finer), at most 2^32-1 as on the wire.
+func seconds(d time.Duration) uint32 { return uint32(min(max(d/time.Second, 0), math.MaxUint32)) }
+
+// ttrNs is the job's time to run in ns.
+func (j *Job) ttrNs() int64 { return int64(j.ttr) * second }
 
 // State reports the job's state; callers must hold the tube lock or accept a
 // racy answer.

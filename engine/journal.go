@@ -162,7 +162,7 @@ func (e *Engine) wall(mono int64) int64 { return e.baseWall + mono }
 func (e *Engine) record(j *Job) persist.Job {
 	r := persist.Job{
 		ID: j.ID, Tube: j.Tube.Name, Pri: j.Pri, State: persist.State(j.state),
-		Delay: time.Duration(j.delay), TTR: time.Duration(j.ttr), CreatedAt: j.createdAt,
+		Delay: time.Duration(j.delay) * time.Second, TTR: time.Duration(j.ttr) * time.Second, CreatedAt: j.createdAt,
 		BuriedSeq: j.buriedSeq, Counters: j.counters(), Body: j.Body,
 	}
 	switch j.state {
@@ -218,7 +218,7 @@ func (e *Engine) Restore(rec *persist.Recovered) {
 		}
 		e.reg.mu.Unlock()
 		j := &Job{ID: r.ID, Tube: t, Body: r.Body, Pri: r.Pri, heapIndex: -1,
-			delay: int64(r.Delay), ttr: int64(r.TTR), createdAt: r.CreatedAt, buriedSeq: r.BuriedSeq,
+			delay: seconds(r.Delay), ttr: seconds(r.TTR), createdAt: r.CreatedAt, buriedSeq: r.BuriedSeq,
 			reserves: r.Reserves, timeouts: r.Timeouts, releases: r.Releases, buries: r.Buries, kicks: r.Kicks}
 		e.jobs.Put(j)
 		e.ctr.add(0, cJobBytes, jobCost(j.Body)) // past any ceiling: the jobs exist

@@ -19,8 +19,8 @@ func (e *Engine) StatsJob(id uint64, st *codec.JobStats) bool {
 		State:    j.state.String(),
 		Pri:      j.Pri,
 		Age:      uint64(max(wall-j.createdAt, 0) / second),
-		Delay:    uint64(j.delay / second),
-		TTR:      uint64(j.ttr / second),
+		Delay:    uint64(j.delay),
+		TTR:      uint64(j.ttr),
 		Reserves: uint64(j.reserves), Timeouts: uint64(j.timeouts),
 		Releases: uint64(j.releases), Buries: uint64(j.buries), Kicks: uint64(j.kicks),
 	}

@@ -213,7 +213,7 @@ func (t *Tube) serveWaiters(now int64, shard int, cl *claims) {
 // reserveLocked gives j to c. Caller holds t.mu and c.mu.
 func (t *Tube) reserveLocked(j *Job, c *Client, now int64, shard int) {
 	j.owner = c
-	j.deadline = now + j.ttr
+	j.deadline = now + j.ttrNs()
 	j.reserves++
 	t.insert(j, Reserved, shard)
 	c.linkReservedLocked(j)
