@@ -52,9 +52,8 @@ const never = math.MaxInt64
 func newTube(e *Engine, name []byte) *Tube {
 	t := &Tube{Name: string(name), nameBytes: append([]byte(nil), name...), e: e, armedAt: never,
 		order: e.tubeSeq.Add(1)}
-	t.ready.less = byPriority
-	t.delay.less = byDeadline
-	t.ttr.less = byDeadline
+	t.delay.byDeadline = true
+	t.ttr.byDeadline = true
 	return t
 }
 
