@@ -15,15 +15,14 @@ import (
 // loop. It returns when ln is closed.
 //
 // It accepts with accept4 in batches on its own copy of the listener's
-// descriptor, blocking in poll(2) between batches, and hands each new
+// descriptor, parked in Go's poller between batches, and hands each new
 // descriptor to a loop with the patched gnet's EnrollFD, which neither
 // dups it nor waits for the loop to register it: a reconnect storm is
 // accepted as fast as the kernel hands connections over, several
 // registrations in flight. No net.Conn is built (nothing to collect, no
 // registration in Go's poller), the listener's address is shared by all
 // its connections, and the peer's address is looked up only when a log
-// line needs it (addr in handler.go). Go's listener cannot do this: its
-// raw descriptor offers Control but no Read to wait on.
+// line needs it (addr in handler.go).
 //
 // Running out of descriptors must neither spin nor leave clients hanging
 // in the backlog (upstream #351, #361, #628, #651): on EMFILE/ENFILE we
@@ -36,24 +35,15 @@ import (
 // binlog must never fail to open a segment because clients took every
 // descriptor.
 func (s *Server) Serve(ln net.Listener) error {
-	fl, ok := ln.(interface{ File() (*os.File, error) })
-	if !ok {
-		return fmt.Errorf("listener %T has no descriptor to accept on", ln)
-	}
-	f, err := fl.File()
+	lf, err := listenerFile(ln)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	lfd := int(f.Fd())
-	if err := unix.SetNonblock(lfd, true); err != nil {
-		return err
-	}
-	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	defer lf.Close()
+	rc, err := lf.SyscallConn()
 	if err != nil {
 		return err
 	}
-	defer unix.Close(stop)
 
 	s.mu.Lock()
 	if s.stopping.Load() {
@@ -61,40 +51,70 @@ func (s *Server) Serve(ln net.Listener) error {
 		return nil
 	}
 	s.listeners = append(s.listeners, ln)
-	s.stops = append(s.stops, stop)
+	s.acceptFiles = append(s.acceptFiles, lf)
 	s.acceptWG.Add(1)
 	s.mu.Unlock()
 	defer s.acceptWG.Done()
 
-	network := "tcp"
+	a := acceptor{s: s, network: "tcp", local: ln.Addr()}
 	if _, ok := ln.(*net.UnixListener); ok {
-		network = "unix"
-	} else if err := unix.SetsockoptInt(lfd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1); err != nil {
-		// As upstream: SO_KEEPALIVE on the listening socket, which Linux
-		// passes on to the sockets it accepts (with the kernel's timers).
-		return err
+		a.network = "unix"
 	}
-	a := acceptor{s: s, network: network, local: ln.Addr()}
 	a.spare, _ = os.Open(os.DevNull)
 	defer func() {
 		if a.spare != nil {
 			a.spare.Close()
 		}
 	}()
-	fds := []unix.PollFd{{Fd: int32(lfd), Events: unix.POLLIN}, {Fd: int32(stop), Events: unix.POLLIN}}
-	for a.acceptAll(lfd) {
-		if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
-			return err
-		}
-		if fds[1].Revents != 0 {
-			break
-		}
+	err = rc.Read(func(lfd uintptr) bool { return !a.acceptAll(int(lfd)) })
+	if err == nil || s.stopping.Load() || errors.Is(err, os.ErrClosed) {
+		return nil
 	}
-	return nil
+	return err
+}
+
+// listenerFile is the acceptor's own descriptor for ln's socket: a
+// non-blocking duplicate wrapped in an os.File, so that Go's poller parks
+// the acceptor between batches (a net.Listener's raw descriptor offers
+// Control but no Read to wait on) and Stop wakes it by closing the file.
+// A TCP socket gets SO_KEEPALIVE, as upstream sets on its listening
+// socket and Linux passes on to the sockets it accepts (with the kernel's
+// timers).
+func listenerFile(ln net.Listener) (*os.File, error) {
+	sc, ok := ln.(syscall.Conn)
+	if !ok {
+		return nil, fmt.Errorf("listener %T has no descriptor to accept on", ln)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	dup := -1
+	cerr := rc.Control(func(fd uintptr) {
+		if dup, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0); err != nil {
+			return
+		}
+		if _, isUnix := ln.(*net.UnixListener); !isUnix {
+			err = unix.SetsockoptInt(dup, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
+		}
+	})
+	if err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.SetNonblock(dup, true) // os.NewFile polls only a non-blocking descriptor
+	}
+	if err != nil {
+		if dup >= 0 {
+			unix.Close(dup)
+		}
+		return nil, err
+	}
+	return os.NewFile(uintptr(dup), ln.Addr().String()), nil
 }
 
 // acceptAll accepts and enrolls every connection waiting on lfd. It
-// reports true when none is left (poll for the next), false to stop.
+// reports true when none is left (wait for the next), false to stop.
 func (a *acceptor) acceptAll(lfd int) bool {
 	for !a.s.stopping.Load() {
 		if a.spare == nil {

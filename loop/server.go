@@ -10,8 +10,8 @@ package loop
 
 import (
 	"context"
-	"encoding/binary"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -21,7 +21,6 @@ import (
 	"github.com/beanpole/beanpole/engine"
 	"github.com/panjf2000/gnet/v2"
 	"github.com/rs/zerolog"
-	"golang.org/x/sys/unix"
 )
 
 // Config is what the network layer needs to know.
@@ -60,12 +59,12 @@ type Server struct {
 	// inBudget is each loop's share of Config.InputBudget.
 	inBudget int64
 
-	mu        sync.Mutex
-	loops     map[gnet.EventLoop]*loopState
-	listeners []net.Listener
-	stops     []int // eventfds that stop each Serve's poll
-	stopping  atomic.Bool
-	acceptWG  sync.WaitGroup
+	mu          sync.Mutex
+	loops       map[gnet.EventLoop]*loopState
+	listeners   []net.Listener
+	acceptFiles []*os.File // each Serve's own descriptor (accept.go)
+	stopping    atomic.Bool
+	acceptWG    sync.WaitGroup
 
 	throttled throttleSet
 
@@ -154,10 +153,8 @@ func (s *Server) Stop(ctx context.Context) {
 	for _, ln := range s.listeners {
 		_ = ln.Close()
 	}
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1) // wakes the acceptors' poll
-	for _, fd := range s.stops {
-		_, _ = unix.Write(fd, one[:])
+	for _, f := range s.acceptFiles {
+		_ = f.Close() // wakes its Serve
 	}
 	s.mu.Unlock()
 	s.acceptWG.Wait()
