@@ -36,7 +36,7 @@ test: vet
 # latency that mean nothing under -race; GORACE is left at its defaults,
 # halt_on_error=0 (why: e2e/harness_test.go, "The race detector").
 race:
-	$(GO) test -count=1 -race ./engine/... ./loop/... ./codec/... ./persist/...
+	$(GO) test -count=1 -race ./engine/... ./loop/... ./codec/... ./persist/... ./admin/...
 	cd third_party/gnet && $(GO) test -count=1 -race -run Patch .
 	$(GO) build -race -o bin/beanpole-race .
 	BEANPOLE_TEST_BIN=$(CURDIR)/bin/beanpole-race $(GO) test -count=1 ./e2e

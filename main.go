@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/beanpole/beanpole/admin"
 	"github.com/beanpole/beanpole/codec"
 	"github.com/beanpole/beanpole/config"
 	"github.com/beanpole/beanpole/engine"
@@ -61,6 +62,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 111
 	}
 	log.Info().Int("pid", os.Getpid()).Str("addr", desc).Msg("listening")
+
+	// The HTTP side (--http) comes up before the binlog is replayed, so
+	// that /readyz can say the server is not ready yet.
+	var adm *admin.Server
+	if cfg.HTTPAddr != "" {
+		adm, err = admin.Listen(admin.Options{Addr: cfg.HTTPAddr, Pprof: cfg.HTTPPprof,
+			MaxTubes: cfg.MetricsMaxTubes, Log: log.With().Str("component", "http").Logger()})
+		if err != nil {
+			fmt.Fprintf(stderr, "beanpole: --http %s: %v\n", cfg.HTTPAddr, err)
+			return 111
+		}
+		go adm.Serve()
+		defer adm.Close()
+		log.Info().Str("addr", adm.Addr().String()).Msg("serving /metrics, /healthz and /readyz")
+	}
 
 	if cfg.User != "" {
 		if err := config.DropPrivileges(cfg.User); err != nil {
@@ -132,6 +148,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	signal.Ignore(syscall.SIGPIPE)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	adm.SetSource(statsSource{srv: srv, eng: eng})
+	adm.SetState(admin.Ready)
 
 	for {
 		select {
@@ -139,12 +157,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if sig == syscall.SIGUSR1 {
 				// Drain mode, as upstream: puts are refused from now on.
 				eng.SetDraining()
+				adm.SetState(admin.Draining)
 				log.Info().Msg("entering drain mode")
 				continue
 			}
 			// Graceful stop (a beanpole improvement over upstream's
 			// immediate death): stop accepting, flush, exit 0.
 			log.Info().Str("signal", sig.String()).Msg("shutting down")
+			adm.SetState(admin.Stopping)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			srv.Stop(ctx)
 			cancel()

@@ -8,9 +8,12 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -23,6 +26,9 @@ const (
 	MaxBinlogSize     = 1 << 30   // -s is clamped to this (a bigger job gets a file of its own anyway)
 	DefaultSyncEvery  = 50 * time.Millisecond
 	DefaultBinlogSize = 10 << 20
+	// DefaultMetricsMaxTubes is how many tubes get their own series in
+	// /metrics unless --metrics-max-tubes says otherwise.
+	DefaultMetricsMaxTubes = 1000
 )
 
 // progName prefixes every diagnostic, as upstream prefixes argv[0]. A fixed
@@ -44,6 +50,13 @@ type Config struct {
 	// jobs in bytes; 0 is no ceiling, -1 (the default) derives it from the
 	// memory budget (DefaultJobMemory).
 	MaxJobMemory int64
+	// HTTPAddr is --http: where metrics, health and readiness are served
+	// ("" = not at all); HTTPPprof (--http-pprof) adds /debug/pprof/.
+	HTTPAddr  string
+	HTTPPprof bool
+	// MetricsMaxTubes is --metrics-max-tubes: tubes beyond this many are
+	// summed into one series in /metrics.
+	MetricsMaxTubes int
 
 	// Whether -l / -p appeared at all. Upstream warns that they are
 	// ignored when systemd hands over a socket, even when the value given
@@ -60,7 +73,8 @@ func Defaults() Config {
 		SyncEvery:  DefaultSyncEvery,
 		BinlogSize: DefaultBinlogSize,
 
-		MaxJobMemory: -1,
+		MaxJobMemory:    -1,
+		MetricsMaxTubes: DefaultMetricsMaxTubes,
 	}
 }
 
@@ -81,8 +95,9 @@ func Defaults() Config {
 //     unreported, and earlier -c/-n notices have already been printed.
 //
 // Beyond upstream, the whole arguments --help and --version are accepted,
-// and --max-job-memory BYTES (or --max-job-memory=BYTES); upstream rejects
-// them as unknown flags, so no working command line changes meaning.
+// and beanpole's long options (longOpts), each as "--name value" or
+// "--name=value"; upstream rejects them as unknown flags, so no working
+// command line changes meaning.
 func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done bool) {
 	cfg = Defaults()
 	warnx := func(format string, a ...any) {
@@ -105,21 +120,24 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 			fmt.Fprintf(stdout, "%s %s\n", progName, Version)
 			return cfg, 0, true
 		}
-		if v, ok := strings.CutPrefix(arg, maxJobMemoryFlag); ok && (v == "" || v[0] == '=') {
-			if v == "" {
+		if lo, v, hasV, ok := longOption(arg); ok {
+			if lo.set == nil { // a switch
+				if hasV {
+					return fail("flag takes no argument: %s", lo.name)
+				}
+				lo.flag(&cfg)
+				continue
+			}
+			if !hasV {
 				if i == len(args) {
-					return fail("flag requires an argument: %s", maxJobMemoryFlag)
+					return fail("flag requires an argument: %s", lo.name)
 				}
 				v = args[i]
 				i++
-			} else {
-				v = v[1:]
 			}
-			n, ok := parseMemSize(v)
-			if !ok {
-				return fail("invalid size for %s: %s", maxJobMemoryFlag, v)
+			if err := lo.set(&cfg, v); err != nil {
+				return fail("invalid value for %s: %s (%v)", lo.name, v, err)
 			}
-			cfg.MaxJobMemory = n
 			continue
 		}
 		if len(arg) < 2 || arg[0] != '-' {
@@ -206,8 +224,72 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 	return cfg, 0, false
 }
 
-// maxJobMemoryFlag sets Config.MaxJobMemory.
-const maxJobMemoryFlag = "--max-job-memory"
+// longOpt is one of beanpole's long options: set parses its value, or,
+// for a switch (set nil), flag applies it.
+type longOpt struct {
+	name string
+	set  func(cfg *Config, v string) error
+	flag func(cfg *Config)
+}
+
+var longOpts = []longOpt{
+	{name: "--max-job-memory", set: func(cfg *Config, v string) error {
+		n, ok := parseMemSize(v)
+		if !ok {
+			return errors.New("want a byte count, with K, M, G or T allowed")
+		}
+		cfg.MaxJobMemory = n
+		return nil
+	}},
+	{name: "--http", set: func(cfg *Config, v string) error {
+		addr, err := httpAddr(v)
+		cfg.HTTPAddr = addr
+		return err
+	}},
+	{name: "--http-pprof", flag: func(cfg *Config) { cfg.HTTPPprof = true }},
+	{name: "--metrics-max-tubes", set: func(cfg *Config, v string) error {
+		n, err := strconv.ParseUint(v, 10, 31)
+		if err != nil {
+			return errors.New("want a whole number")
+		}
+		cfg.MetricsMaxTubes = int(n)
+		return nil
+	}},
+}
+
+// longOption finds arg's long option, and its value if given as
+// "--name=value".
+func longOption(arg string) (lo *longOpt, v string, hasV, ok bool) {
+	for i := range longOpts {
+		rest, found := strings.CutPrefix(arg, longOpts[i].name)
+		if !found {
+			continue
+		}
+		switch {
+		case rest == "":
+			return &longOpts[i], "", false, true
+		case rest[0] == '=':
+			return &longOpts[i], rest[1:], true, true
+		}
+	}
+	return nil, "", false, false
+}
+
+// httpAddr checks --http's HOST:PORT; a bare ":PORT" means loopback, so
+// the endpoints are not exposed unless an address says so.
+func httpAddr(v string) (string, error) {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return "", err
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return "", fmt.Errorf("bad port %q", port)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port), nil
+}
 
 // syncInterval converts -f's millisecond count, already reduced modulo 2^64
 // like C's size_t, into an fsync interval. Upstream casts it to int64 and

@@ -38,6 +38,14 @@ Long options:
             ceiling on the memory held by jobs (suffix K, M, G, T allowed;
             0 for none); past it puts get OUT_OF_MEMORY (default is derived
             from the cgroup, address-space or physical memory limit)
+ --http HOST:PORT
+            serve /metrics, /healthz and /readyz over HTTP (":PORT" is
+            127.0.0.1:PORT); off by default
+ --http-pprof
+            also serve /debug/pprof/ there
+ --metrics-max-tubes N
+            tubes beyond the first N are summed into tube="_other" in
+            /metrics (default is 1000)
 `
 
 // with returns the defaults changed by f, for compact table entries.
@@ -163,11 +171,26 @@ func TestParse(t *testing.T) {
 		{name: "max job memory missing", args: []string{"--max-job-memory"},
 			stderr: usageErr("flag requires an argument: --max-job-memory"), code: 5, done: true},
 		{name: "max job memory signed", args: []string{"--max-job-memory=-1"},
-			stderr: usageErr("invalid size for --max-job-memory: -1"), code: 5, done: true},
+			stderr: usageErr("invalid value for --max-job-memory: -1 (want a byte count, with K, M, G or T allowed)"), code: 5, done: true},
 		{name: "max job memory junk", args: []string{"--max-job-memory", "12x"},
-			stderr: usageErr("invalid size for --max-job-memory: 12x"), code: 5, done: true},
+			stderr: usageErr("invalid value for --max-job-memory: 12x (want a byte count, with K, M, G or T allowed)"), code: 5, done: true},
 		{name: "max job memory overflow", args: []string{"--max-job-memory", "9000000000000T"},
-			stderr: usageErr("invalid size for --max-job-memory: 9000000000000T"), code: 5, done: true},
+			stderr: usageErr("invalid value for --max-job-memory: 9000000000000T (want a byte count, with K, M, G or T allowed)"), code: 5, done: true},
+		// --http and its companions.
+		{name: "http", args: []string{"--http", "0.0.0.0:8080"},
+			want: with(func(c *Config) { c.HTTPAddr = "0.0.0.0:8080" })},
+		{name: "http port only is loopback", args: []string{"--http=:9090", "--http-pprof"},
+			want: with(func(c *Config) { c.HTTPAddr = "127.0.0.1:9090"; c.HTTPPprof = true })},
+		{name: "http bad", args: []string{"--http", "8080"},
+			stderr: usageErr("invalid value for --http: 8080 (address 8080: missing port in address)"), code: 5, done: true},
+		{name: "http bad port", args: []string{"--http", ":http"},
+			stderr: usageErr(`invalid value for --http: :http (bad port "http")`), code: 5, done: true},
+		{name: "pprof takes no value", args: []string{"--http-pprof=1"},
+			stderr: usageErr("flag takes no argument: --http-pprof"), code: 5, done: true},
+		{name: "metrics max tubes", args: []string{"--metrics-max-tubes", "5"},
+			want: with(func(c *Config) { c.MetricsMaxTubes = 5 })},
+		{name: "metrics max tubes junk", args: []string{"--metrics-max-tubes=-5"},
+			stderr: usageErr("invalid value for --metrics-max-tubes: -5 (want a whole number)"), code: 5, done: true},
 		{name: "max job memory prefix only", args: []string{"--max-job-memoryX"},
 			stderr: usageErr("unknown flag: --max-job-memoryX"), code: 5, done: true},
 

@@ -37,7 +37,15 @@ Long options:
             ceiling on the memory held by jobs (suffix K, M, G, T allowed;
             0 for none); past it puts get OUT_OF_MEMORY (default is derived
             from the cgroup, address-space or physical memory limit)
+ --http HOST:PORT
+            serve /metrics, /healthz and /readyz over HTTP (":PORT" is
+            127.0.0.1:PORT); off by default
+ --http-pprof
+            also serve /debug/pprof/ there
+ --metrics-max-tubes N
+            tubes beyond the first N are summed into tube="_other" in
+            /metrics (default is %d)
 `, progName, progName,
 		DefaultSyncEvery.Milliseconds(), DefaultPort,
-		DefaultMaxJobSize, MaxJobSizeLimit, DefaultBinlogSize)
+		DefaultMaxJobSize, MaxJobSizeLimit, DefaultBinlogSize, DefaultMetricsMaxTubes)
 }

@@ -114,7 +114,7 @@ func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Act
 		s.ok(out, s.eng.PauseTube(cmd.Tube, time.Duration(cmd.Delay)*time.Second), codec.RepPaused)
 	case codec.OpStats:
 		var st codec.ServerStats
-		s.serverStats(&st)
+		s.Stats(&st)
 		out.buf = codec.AppendStats(out.buf, &st)
 	case codec.OpStatsJob:
 		var st codec.JobStats

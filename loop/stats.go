@@ -34,8 +34,8 @@ func newServerInfo(version string) serverInfo {
 // BinlogStats lets the persistence layer fill the binlog-* fields.
 type BinlogStats func(st *codec.ServerStats)
 
-// serverStats assembles the `stats` reply.
-func (s *Server) serverStats(st *codec.ServerStats) {
+// Stats assembles what `stats` reports; any goroutine may call it.
+func (s *Server) Stats(st *codec.ServerStats) {
 	s.eng.Stats(st)
 	s.mu.Lock()
 	for _, ls := range s.loops {

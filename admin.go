@@ -1,0 +1,23 @@
+package main
+
+import (
+	"github.com/beanpole/beanpole/codec"
+	"github.com/beanpole/beanpole/engine"
+	"github.com/beanpole/beanpole/loop"
+)
+
+// statsSource reads /metrics from where the protocol's stats commands
+// read: the server for `stats`, the engine for `list-tubes` and
+// `stats-tube`.
+type statsSource struct {
+	srv *loop.Server
+	eng *engine.Engine
+}
+
+func (s statsSource) ServerStats(st *codec.ServerStats) { s.srv.Stats(st) }
+
+func (s statsSource) TubeNames(dst [][]byte) [][]byte { return s.eng.AppendTubeNames(dst) }
+
+func (s statsSource) TubeStats(name []byte, st *codec.TubeStats) bool {
+	return s.eng.StatsTube(name, st)
+}

@@ -1,0 +1,176 @@
+package admin
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/beanpole/beanpole/codec"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Source is what the metrics are read from: the same figures `stats`,
+// `list-tubes` and `stats-tube` report.
+type Source interface {
+	ServerStats(st *codec.ServerStats)
+	TubeNames(dst [][]byte) [][]byte
+	TubeStats(name []byte, st *codec.TubeStats) bool
+}
+
+// Metric names.
+//
+// Every numeric key of `stats` becomes beanstalkd_<key> and every numeric
+// key of `stats-tube` beanstalkd_tube_<key>{tube="..."}, with dashes as
+// underscores (beanstalkd_current_jobs_ready, beanstalkd_cmd_put,
+// beanstalkd_tube_current_jobs_ready{tube="default"}): the names the
+// beanstalkd exporters give them, so existing dashboards keep working. The
+// cumulative ones (cmd-*, total-*, job-timeouts, rusage-*, binlog-records-*)
+// are counters, the rest gauges. The strings (version, id, hostname, os,
+// platform) are the labels of beanstalkd_info, 1. draining and
+// binlog-failed are 0 or 1. No label is called instance: Prometheus sets
+// that one itself.
+//
+// Tubes beyond the first maxTubes (in list-tubes order) are summed into
+// tube="_other" (pause and pause-time-left, which do not add up, are left
+// out there), and beanstalkd_tubes_folded says how many: 100,000 tubes
+// must not become millions of series in a Prometheus server.
+
+// otherTube labels the sum of the folded tubes.
+const otherTube = "_other"
+
+// collector takes one snapshot per scrape.
+type collector struct {
+	src      atomic.Pointer[Source]
+	maxTubes int
+	descs    sync.Map // "beanstalkd_tube_<key>" → *prometheus.Desc, with the variable label tube
+}
+
+// Describe sends nothing: the series depend on the tubes there are (an
+// unchecked collector).
+func (c *collector) Describe(chan<- *prometheus.Desc) {}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	p := c.src.Load()
+	if p == nil {
+		return
+	}
+	src := *p
+	var st codec.ServerStats
+	src.ServerStats(&st)
+	info := map[string]string{}
+	eachStat(codec.AppendStats(nil, &st), func(key string, v float64, s string, isNum bool) {
+		if !isNum {
+			switch key {
+			case "version", "id", "hostname", "os", "platform":
+				info[key] = s
+			}
+			return
+		}
+		emit(ch, "beanstalkd_"+metricName(key), key, v)
+	})
+	ch <- prometheus.MustNewConstMetric(
+		prometheus.NewDesc("beanstalkd_info", "The server's identity, from stats; always 1.", nil, info),
+		prometheus.GaugeValue, 1)
+
+	var (
+		buf    []byte
+		ts     codec.TubeStats
+		folded int
+		other  = map[string]float64{}
+		keys   []string // other's keys in stats-tube order
+	)
+	for i, name := range src.TubeNames(nil) {
+		if !src.TubeStats(name, &ts) {
+			continue // gone since it was listed
+		}
+		buf = codec.AppendTubeStats(buf[:0], &ts)
+		if i < c.maxTubes {
+			tube := string(name)
+			eachStat(buf, func(key string, v float64, _ string, isNum bool) {
+				if isNum {
+					c.emitTube(ch, key, v, tube)
+				}
+			})
+			continue
+		}
+		folded++
+		eachStat(buf, func(key string, v float64, _ string, isNum bool) {
+			if !isNum || key == "pause" || key == "pause-time-left" {
+				return
+			}
+			if _, seen := other[key]; !seen {
+				keys = append(keys, key)
+			}
+			other[key] += v
+		})
+	}
+	for _, key := range keys {
+		c.emitTube(ch, key, other[key], otherTube)
+	}
+	ch <- prometheus.MustNewConstMetric(
+		prometheus.NewDesc("beanstalkd_tubes_folded",
+			"Tubes summed into tube=\""+otherTube+"\" (beyond --metrics-max-tubes).", nil, nil),
+		prometheus.GaugeValue, float64(folded))
+}
+
+func emit(ch chan<- prometheus.Metric, name, key string, v float64) {
+	ch <- prometheus.MustNewConstMetric(
+		prometheus.NewDesc(name, "stats: "+key, nil, nil), valueType(key), v)
+}
+
+// emitTube sends one tube's value of key. The descriptions are made once
+// per key, not per tube: 10,000 tubes are 140,000 series a scrape.
+func (c *collector) emitTube(ch chan<- prometheus.Metric, key string, v float64, tube string) {
+	d, ok := c.descs.Load(key)
+	if !ok {
+		d, _ = c.descs.LoadOrStore(key, prometheus.NewDesc("beanstalkd_tube_"+metricName(key), "stats-tube: "+key, []string{"tube"}, nil))
+	}
+	ch <- prometheus.MustNewConstMetric(d.(*prometheus.Desc), valueType(key), v, tube)
+}
+
+func metricName(key string) string { return strings.ReplaceAll(key, "-", "_") }
+
+// valueType: the keys that only grow are counters.
+func valueType(key string) prometheus.ValueType {
+	for _, p := range []string{"cmd-", "total-", "rusage-", "binlog-records-"} {
+		if strings.HasPrefix(key, p) {
+			return prometheus.CounterValue
+		}
+	}
+	if key == "job-timeouts" {
+		return prometheus.CounterValue
+	}
+	return prometheus.GaugeValue
+}
+
+// eachStat calls fn for each "key: value" line of a stats reply (an OK
+// frame around YAML), with the value as a number (booleans as 0 or 1)
+// where it is one, else as a string without its quotes.
+func eachStat(reply []byte, fn func(key string, v float64, s string, isNum bool)) {
+	_, body, _ := bytes.Cut(reply, []byte("---\n"))
+	for _, line := range bytes.Split(bytes.TrimSuffix(body, []byte("\r\n")), []byte("\n")) {
+		k, val, ok := bytes.Cut(line, []byte(": "))
+		if !ok {
+			continue
+		}
+		s := string(val)
+		switch s {
+		case "true":
+			fn(string(k), 1, s, true)
+			continue
+		case "false":
+			fn(string(k), 0, s, true)
+			continue
+		}
+		if v, err := strconv.ParseFloat(s, 64); err == nil {
+			fn(string(k), v, s, true)
+			continue
+		}
+		if uq, err := strconv.Unquote(s); err == nil {
+			s = uq
+		}
+		fn(string(k), 0, s, false)
+	}
+}

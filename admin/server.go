@@ -1,0 +1,134 @@
+// Package admin serves what operators need besides the protocol, over
+// HTTP on its own listener (--http) and its own goroutines, never on the
+// event loops: Prometheus metrics (/metrics), liveness (/healthz),
+// readiness (/readyz) and, when asked for, the Go profiler (/debug/pprof/).
+//
+// The metrics are read the way a `stats` or `stats-tube` command reads
+// them (the engine's sharded counters and each tube under its own lock),
+// once per scrape: nothing is added to the command path.
+package admin
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+)
+
+// State is what /readyz reports.
+type State int32
+
+const (
+	Starting State = iota // replaying the binlog: not serving yet
+	Ready                 // serving
+	Draining              // SIGUSR1: puts are refused
+	Stopping              // SIGTERM/SIGINT: closing
+)
+
+var stateText = [...]string{
+	Starting: "starting: replaying the binlog\n",
+	Ready:    "ready\n",
+	Draining: "draining: puts are refused (SIGUSR1)\n",
+	Stopping: "stopping\n",
+}
+
+// Options configure a Server.
+type Options struct {
+	Addr     string // HOST:PORT to listen on
+	Pprof    bool   // serve /debug/pprof/
+	MaxTubes int    // tubes with series of their own in /metrics
+	Log      zerolog.Logger
+}
+
+// Server is the HTTP side of a beanpole process.
+type Server struct {
+	ln    net.Listener
+	http  *http.Server
+	state atomic.Int32
+	col   *collector
+	log   zerolog.Logger
+}
+
+// Listen binds opts.Addr; Serve then serves it. The state starts as
+// Starting and /metrics answers 503 until SetSource.
+func Listen(opts Options) (*Server, error) {
+	ln, err := net.Listen("tcp", opts.Addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{ln: ln, log: opts.Log, col: &collector{maxTubes: opts.MaxTubes}}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.col)
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: promLogger{opts.Log}})
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		st := State(s.state.Load())
+		if st != Ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_, _ = w.Write([]byte(stateText[st]))
+	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		if s.col.src.Load() == nil {
+			http.Error(w, stateText[Starting], http.StatusServiceUnavailable)
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	})
+	if opts.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Serve serves until Close.
+func (s *Server) Serve() {
+	if err := s.http.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		s.log.Error().Err(err).Msg("http listener failed")
+	}
+}
+
+// Close stops serving at once. Close, SetSource and SetState do nothing
+// on a nil *Server (no --http).
+func (s *Server) Close() {
+	if s != nil {
+		_ = s.http.Close()
+	}
+}
+
+// SetSource gives /metrics what it reads; call it once the server serves.
+func (s *Server) SetSource(src Source) {
+	if s != nil {
+		s.col.src.Store(&src)
+	}
+}
+
+// SetState sets what /readyz reports.
+func (s *Server) SetState(st State) {
+	if s != nil {
+		s.state.Store(int32(st))
+	}
+}
+
+// promLogger sends promhttp's errors to the server's log.
+type promLogger struct{ log zerolog.Logger }
+
+func (l promLogger) Println(v ...any) { l.log.Error().Msgf("metrics: %v", v) }

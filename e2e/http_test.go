@@ -1,0 +1,293 @@
+package e2e
+
+// The HTTP side (--http): /metrics carries every numeric key of `stats`
+// and `stats-tube` with the values the protocol reports, tubes past
+// --metrics-max-tubes are summed into one series, /healthz answers while
+// the process serves, /readyz tells a load balancer the truth (503 while
+// draining or stopping), and a port that cannot be bound is refused at
+// start. None of it exists in C beanstalkd.
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// startHTTPServer starts a server with --http on a free port of its own
+// and returns it with the base URL.
+func startHTTPServer(t *testing.T, extra ...string) (*server, string) {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	s := startServer(t, append([]string{"--http", addr}, extra...)...)
+	return s, "http://" + addr
+}
+
+// httpGet fetches url and returns the status and body.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	c := http.Client{Timeout: defaultTimeout}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// scrape reads /metrics with Prometheus's own text parser.
+func scrape(t *testing.T, base string) map[string]*dto.MetricFamily {
+	t.Helper()
+	code, body := httpGet(t, base+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d %q", code, body)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("/metrics is not the Prometheus text format: %v", err)
+	}
+	return fams
+}
+
+// value is the sample of family name with label tube (or none).
+func value(t *testing.T, fams map[string]*dto.MetricFamily, name, tube string) (float64, bool) {
+	t.Helper()
+	f := fams[name]
+	if f == nil {
+		return 0, false
+	}
+	for _, m := range f.GetMetric() {
+		got := ""
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "tube" {
+				got = l.GetValue()
+			}
+		}
+		if got != tube {
+			continue
+		}
+		switch {
+		case m.GetCounter() != nil:
+			return m.GetCounter().GetValue(), true
+		case m.GetGauge() != nil:
+			return m.GetGauge().GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// checkAgainst checks that every numeric key of a stats map is in the
+// scrape with the same value (prefix names the family, tube its label).
+func checkAgainst(t *testing.T, fams map[string]*dto.MetricFamily, st map[string]string, prefix, tube string, skip ...string) {
+	t.Helper()
+	for k, v := range st {
+		want, err := strconv.ParseFloat(v, 64)
+		if err != nil || contains(skip, k) {
+			continue
+		}
+		name := prefix + strings.ReplaceAll(k, "-", "_")
+		got, ok := value(t, fams, name, tube)
+		if !ok {
+			t.Errorf("%s{tube=%q} missing from /metrics (stats key %s)", name, tube, k)
+		} else if got != want {
+			t.Errorf("%s{tube=%q} = %v, stats says %s", name, tube, got, v)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Jobs in every state over two tubes: /metrics agrees with `stats` and
+// `stats-tube` key for key, counters are typed as counters, and the
+// server's identity is in beanstalkd_info.
+func TestHTTPMetricsMatchStats(t *testing.T) {
+	skipUnlessBeanpole(t, "--http is beanpole's")
+	t.Parallel()
+	s, base := startHTTPServer(t, "-b", t.TempDir())
+	c := s.dial(t)
+	mustSend(t, c, "use mail\r\n")
+	expect(t, c, "USING mail\r\n")
+	for i := 1; i <= 4; i++ {
+		put(t, c, 10, 0, 60, "job", uint64(i))
+	}
+	put(t, c, 10, 100, 60, "later", 5)
+	mustSend(t, c, "watch mail\r\nreserve\r\n")
+	expect(t, c, "WATCHING 2\r\nRESERVED 1 3\r\njob\r\n")
+	mustSend(t, c, "bury 1 0\r\nreserve\r\n")
+	expect(t, c, "BURIED\r\nRESERVED 2 3\r\njob\r\n")
+	mustSend(t, c, "pause-tube mail 30\r\n")
+	expect(t, c, "PAUSED\r\n")
+
+	st, mail, dflt := stats(t, c), statsTube(t, c, "mail"), statsTube(t, c, "default")
+	fams := scrape(t, base)
+	// Time moves and the stats commands themselves count between the
+	// two readings: those keys are checked for presence, not value.
+	moving := []string{"uptime", "rusage-utime", "rusage-stime", "cmd-stats-tube", "pause-time-left"}
+	checkAgainst(t, fams, st, "beanstalkd_", "", moving...)
+	checkAgainst(t, fams, mail, "beanstalkd_tube_", "mail", moving...)
+	checkAgainst(t, fams, dflt, "beanstalkd_tube_", "default", moving...)
+	for _, name := range []string{"beanstalkd_uptime", "beanstalkd_rusage_utime", "beanstalkd_cmd_stats_tube"} {
+		if _, ok := value(t, fams, name, ""); !ok {
+			t.Errorf("%s missing", name)
+		}
+	}
+	if left, ok := value(t, fams, "beanstalkd_tube_pause_time_left", "mail"); !ok || left < 1 || left > 30 {
+		t.Errorf("beanstalkd_tube_pause_time_left{tube=mail} = %v %v, want 1..30", left, ok)
+	}
+	for name, want := range map[string]dto.MetricType{
+		"beanstalkd_cmd_put": dto.MetricType_COUNTER, "beanstalkd_total_jobs": dto.MetricType_COUNTER,
+		"beanstalkd_job_timeouts": dto.MetricType_COUNTER, "beanstalkd_current_jobs_ready": dto.MetricType_GAUGE,
+		"beanstalkd_tube_cmd_delete": dto.MetricType_COUNTER, "beanstalkd_tube_current_jobs_buried": dto.MetricType_GAUGE,
+	} {
+		if f := fams[name]; f == nil || f.GetType() != want {
+			t.Errorf("%s: type %v, want %v", name, f.GetType(), want)
+		}
+	}
+	info := fams["beanstalkd_info"]
+	if info == nil || len(info.GetMetric()) != 1 {
+		t.Fatalf("beanstalkd_info: %v", info)
+	}
+	labels := map[string]string{}
+	for _, l := range info.GetMetric()[0].GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	if labels["id"] != st["id"] || labels["version"] != strings.Trim(st["version"], `"`) || labels["instance"] != "" {
+		t.Errorf("beanstalkd_info labels %v; stats id %s version %s", labels, st["id"], st["version"])
+	}
+}
+
+// Tubes past --metrics-max-tubes are summed into tube="_other", and a
+// gauge says how many were folded.
+func TestHTTPMetricsFoldTubesPastTheCap(t *testing.T) {
+	skipUnlessBeanpole(t, "--http is beanpole's")
+	t.Parallel()
+	s, base := startHTTPServer(t, "--metrics-max-tubes", "2")
+	c := s.dial(t)
+	// list-tubes order: default, then the tubes as created.
+	id := uint64(0)
+	for i, tube := range []string{"a", "b", "c"} {
+		mustSend(t, c, fmt.Sprintf("use %s\r\n", tube))
+		expect(t, c, fmt.Sprintf("USING %s\r\n", tube))
+		for k := 0; k <= i; k++ {
+			id++
+			put(t, c, 0, 0, 60, "x", id)
+		}
+	}
+	fams := scrape(t, base)
+	for tube, want := range map[string]float64{"default": 0, "a": 1, "_other": 5} {
+		if got, ok := value(t, fams, "beanstalkd_tube_current_jobs_ready", tube); !ok || got != want {
+			t.Errorf("current_jobs_ready{tube=%q} = %v %v, want %v", tube, got, ok, want)
+		}
+	}
+	for _, tube := range []string{"b", "c"} {
+		if _, ok := value(t, fams, "beanstalkd_tube_current_jobs_ready", tube); ok {
+			t.Errorf("tube %q has its own series past the cap", tube)
+		}
+	}
+	if got, _ := value(t, fams, "beanstalkd_tubes_folded", ""); got != 2 {
+		t.Errorf("beanstalkd_tubes_folded = %v, want 2", got)
+	}
+	if _, ok := value(t, fams, "beanstalkd_tube_pause", "_other"); ok {
+		t.Error("pause does not add up, yet _other has it")
+	}
+}
+
+// /healthz answers while the process serves; /readyz is 200 while it
+// serves, 503 once draining (SIGUSR1), and never 200 before the binlog
+// is replayed.
+func TestHTTPHealthAndReadiness(t *testing.T) {
+	skipUnlessBeanpole(t, "--http is beanpole's")
+	t.Parallel()
+	s, base := startHTTPServer(t)
+	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	waitFor(t, defaultTimeout, "/readyz to say ready", func() bool {
+		code, body := httpGet(t, base+"/readyz")
+		if code != http.StatusOK && !strings.HasPrefix(body, "starting") {
+			t.Fatalf("/readyz before ready: %d %q", code, body)
+		}
+		return code == http.StatusOK && body == "ready\n"
+	})
+	if err := s.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, defaultTimeout, "/readyz to say draining", func() bool {
+		code, body := httpGet(t, base+"/readyz")
+		return code == http.StatusServiceUnavailable && strings.HasPrefix(body, "draining")
+	})
+	if code, _ := httpGet(t, base+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz while draining: %d", code)
+	}
+	if code, _ := httpGet(t, base+"/debug/pprof/"); code != http.StatusNotFound {
+		t.Fatalf("/debug/pprof/ without --http-pprof: %d", code)
+	}
+	if code, _ := httpGet(t, base+"/nope"); code != http.StatusNotFound {
+		t.Fatalf("/nope: %d", code)
+	}
+}
+
+// --http-pprof adds the profiler.
+func TestHTTPPprof(t *testing.T) {
+	skipUnlessBeanpole(t, "--http is beanpole's")
+	t.Parallel()
+	_, base := startHTTPServer(t, "--http-pprof")
+	if code, body := httpGet(t, base+"/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+		t.Fatalf("/debug/pprof/: %d", code)
+	}
+}
+
+// A --http address that cannot be bound stops the server at start, like
+// the protocol's own listener (exit 111), naming the option.
+func TestHTTPAddressInUseIsRefused(t *testing.T) {
+	skipUnlessBeanpole(t, "--http is beanpole's")
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := serverCommand("-l", "127.0.0.1", "-p", strconv.Itoa(port), "--http", ln.Addr().String())
+	done := make(chan struct{})
+	var out []byte
+	go func() { out, _ = cmd.CombinedOutput(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("the server kept running with its --http address taken")
+	}
+	expectNoRace(t, cmd, string(out))
+	if code := cmd.ProcessState.ExitCode(); code != 111 || !strings.Contains(string(out), "--http") {
+		t.Fatalf("exit %d, output %q; want 111 naming --http", code, out)
+	}
+}
