@@ -47,8 +47,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case cfg.Verbosity == 1:
 		level = zerolog.InfoLevel
 	}
-	log := zerolog.New(zerolog.ConsoleWriter{Out: dw, NoColor: true, TimeFormat: time.RFC3339}).
-		Level(level).With().Timestamp().Logger()
+	// --log-json: one JSON object a line, for log shippers.
+	var out io.Writer = zerolog.ConsoleWriter{Out: dw, NoColor: true, TimeFormat: time.RFC3339}
+	if cfg.LogJSON {
+		out = dw
+	}
+	log := zerolog.New(out).Level(level).With().Timestamp().Logger()
 
 	if _, hard, err := config.RaiseFileLimit(); err != nil {
 		log.Warn().Err(err).Msg("could not raise the open-file limit")

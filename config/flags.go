@@ -57,6 +57,8 @@ type Config struct {
 	// MetricsMaxTubes is --metrics-max-tubes: tubes beyond this many are
 	// summed into one series in /metrics.
 	MetricsMaxTubes int
+	// LogJSON is --log-json: log JSON lines instead of the console format.
+	LogJSON bool
 
 	// Whether -l / -p appeared at all. Upstream warns that they are
 	// ignored when systemd hands over a socket, even when the value given
@@ -247,6 +249,7 @@ var longOpts = []longOpt{
 		return err
 	}},
 	{name: "--http-pprof", flag: func(cfg *Config) { cfg.HTTPPprof = true }},
+	{name: "--log-json", flag: func(cfg *Config) { cfg.LogJSON = true }},
 	{name: "--metrics-max-tubes", set: func(cfg *Config, v string) error {
 		n, err := strconv.ParseUint(v, 10, 31)
 		if err != nil {

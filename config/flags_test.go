@@ -46,6 +46,8 @@ Long options:
  --metrics-max-tubes N
             tubes beyond the first N are summed into tube="_other" in
             /metrics (default is 1000)
+ --log-json
+            log one JSON object a line instead of the console format
 `
 
 // with returns the defaults changed by f, for compact table entries.
@@ -187,6 +189,8 @@ func TestParse(t *testing.T) {
 			stderr: usageErr(`invalid value for --http: :http (bad port "http")`), code: 5, done: true},
 		{name: "pprof takes no value", args: []string{"--http-pprof=1"},
 			stderr: usageErr("flag takes no argument: --http-pprof"), code: 5, done: true},
+		{name: "log json", args: []string{"--log-json", "-V"},
+			want: with(func(c *Config) { c.LogJSON = true; c.Verbosity = 1 })},
 		{name: "metrics max tubes", args: []string{"--metrics-max-tubes", "5"},
 			want: with(func(c *Config) { c.MetricsMaxTubes = 5 })},
 		{name: "metrics max tubes junk", args: []string{"--metrics-max-tubes=-5"},

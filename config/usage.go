@@ -45,6 +45,8 @@ Long options:
  --metrics-max-tubes N
             tubes beyond the first N are summed into tube="_other" in
             /metrics (default is %d)
+ --log-json
+            log one JSON object a line instead of the console format
 `, progName, progName,
 		DefaultSyncEvery.Milliseconds(), DefaultPort,
 		DefaultMaxJobSize, MaxJobSizeLimit, DefaultBinlogSize, DefaultMetricsMaxTubes)
