@@ -154,6 +154,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	go func() { served <- srv.Serve(ln) }()
 	adm.SetSource(statsSource{srv: srv, eng: eng})
 	adm.SetState(admin.Ready)
+	if err := sdNotify("READY=1"); err != nil {
+		log.Warn().Err(err).Msg("could not tell systemd the server is ready")
+	}
 
 	for {
 		select {
@@ -169,6 +172,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			// immediate death): stop accepting, flush, exit 0.
 			log.Info().Str("signal", sig.String()).Msg("shutting down")
 			adm.SetState(admin.Stopping)
+			_ = sdNotify("STOPPING=1")
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			srv.Stop(ctx)
 			cancel()
