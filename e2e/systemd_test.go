@@ -147,3 +147,34 @@ func TestSystemdSocketActivation(t *testing.T) {
 	expect(t, c, usingDflt)
 	put(t, c, 0, 0, 60, "activated", 1)
 }
+
+// The man page renders without a warning and documents every option the
+// server's usage text lists: a flag added without its page fails here.
+func TestManPageCoversEveryOption(t *testing.T) {
+	skipUnlessBeanpole(t, "beanpole's man page")
+	groff := lookTool(t, "groff")
+	t.Parallel()
+	page := filepath.Join("..", "dist", "beanpole.1")
+	cmd := exec.Command(groff, "-man", "-Tutf8", "-ww", "-z", page)
+	if out, err := cmd.CombinedOutput(); err != nil || len(out) != 0 {
+		t.Fatalf("groff: %v\n%s", err, out)
+	}
+	src, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roff := strings.ReplaceAll(string(src), `\-`, "-")
+	usage, err := exec.Command(target.bin, "-h").CombinedOutput()
+	if err != nil && len(usage) == 0 {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Fields(string(usage)) {
+		f = strings.TrimRight(f, ",")
+		if !strings.HasPrefix(f, "-") || f == "-" || strings.Contains(f, "=") {
+			continue
+		}
+		if !strings.Contains(roff, f) {
+			t.Errorf("option %s is in beanpole -h but not in the man page", f)
+		}
+	}
+}
