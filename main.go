@@ -29,6 +29,9 @@ import (
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "import" {
+		return runImport(args[1:], stdout, stderr)
+	}
 	cfg, code, done := config.Parse(args, stdout, stderr)
 	if done {
 		return code

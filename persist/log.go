@@ -94,6 +94,10 @@ func Open(opts Options, log zerolog.Logger) (*Log, *Recovered, error) {
 		writerDone:   make(chan struct{}),
 	}
 	l.cond.L = &l.mu
+	if err := l.importUpstream(); err != nil {
+		lockF.Close()
+		return nil, nil, err
+	}
 	rec, err := l.recover()
 	if err != nil {
 		l.closeFiles()

@@ -1,7 +1,6 @@
 package persist
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -233,22 +232,23 @@ func TestDirMustExist(t *testing.T) {
 	}
 }
 
-func TestUpstreamFormatRefused(t *testing.T) {
+// An upstream binlog is imported, not refused: here a torn one, with no
+// whole record, becomes an empty log of beanpole's and the file goes to
+// beanstalkd-import/.
+func TestUpstreamBinlogIsImported(t *testing.T) {
 	dir := t.TempDir()
 	// beanstalkd v7: an int32 version, then records.
 	if err := os.WriteFile(filepath.Join(dir, "binlog.1"), []byte{7, 0, 0, 0, 1, 2, 3}, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := Open(Options{Dir: dir}, testLogger(t))
-	if err == nil || !errors.Is(err, ErrFormat) {
-		t.Fatalf("err %v, want ErrFormat", err)
+	l, rec := mustOpen(t, Options{Dir: dir})
+	if len(rec.Jobs) != 0 {
+		t.Fatalf("%d jobs from a binlog with no whole record", len(rec.Jobs))
 	}
-	// And the lock was released on the way out.
-	if err := os.Remove(filepath.Join(dir, "binlog.1")); err != nil {
-		t.Fatal(err)
-	}
-	l, _ := mustOpen(t, Options{Dir: dir})
 	l.Close()
+	if _, err := os.Stat(filepath.Join(dir, "beanstalkd-import", "binlog.1")); err != nil {
+		t.Fatalf("the upstream file was not moved aside: %v", err)
+	}
 }
 
 // TestSegmentSizeChange: -s may change between runs.

@@ -116,7 +116,9 @@ func (l *Log) recover() (*Recovered, error) {
 		})
 		switch sc.hdr {
 		case hdrUpstream:
-			return nil, fmt.Errorf("%w: %s is an upstream beanstalkd binlog; beanpole cannot read it (use another -b directory)", ErrFormat, path)
+			// Open imports upstream files before recovery: one left here
+			// came in since, beside beanpole's own.
+			return nil, fmt.Errorf("%w: %s is an upstream beanstalkd binlog beside beanpole's own; move one of them elsewhere", ErrFormat, path)
 		case hdrVersion:
 			return nil, fmt.Errorf("%w: %s was written by a newer beanpole", ErrFormat, path)
 		}
