@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= beanpole
 ARGS    ?=
 
-.PHONY: all build run test race fuzz bench bench-floor vet clean soak stress
+.PHONY: all build run test race fuzz bench bench-floor vet clean soak stress deb
 
 all: build
 
@@ -76,6 +76,13 @@ bench-floor:
 	$(GO) build -o bin/beanpole .
 	$(GO) build -o bin/floor ./bench/floor
 	$(GO) run ./bench -beanpole bin/beanpole -beanstalkd bin/floor -only roundtrip,pipeline -out bench/results/floor $(BENCHARGS)
+
+# A Debian package in bin/ (dist/mkdeb.sh): the binary, the units, the
+# defaults file, the man page and the docs.
+deb:
+	mkdir -p bin
+	$(GO) build -trimpath -o bin/beanpole .
+	dist/mkdeb.sh bin/beanpole bin
 
 clean:
 	rm -f $(BIN) bin/beanpole bin/beanpole-race bin/floor
