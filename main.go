@@ -63,7 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Info().Uint64("nofile", hard).Msg("open-file limit raised")
 	}
 
-	ln, desc, err := config.Listen(&cfg, log)
+	lns, desc, err := config.Listen(&cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "beanpole: listen: %v\n", err)
 		return 111
@@ -153,8 +153,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
 	signal.Ignore(syscall.SIGPIPE)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	served := make(chan error, len(lns))
+	for _, ln := range lns {
+		go func() { served <- srv.Serve(ln) }()
+	}
 	adm.SetSource(statsSource{srv: srv, eng: eng})
 	adm.SetState(admin.Ready)
 	if err := sdNotify("READY=1"); err != nil {

@@ -17,26 +17,34 @@ import (
 // path that still leaves room for the terminating NUL upstream reserves.
 const maxUnixPath = 107
 
-// Listen opens the server's one listening socket the way beanstalkd's
+// Listen opens the server's listening sockets the way beanstalkd's
 // make_server_socket does, in this order:
 //
-//  1. a socket handed over by systemd (LISTEN_PID/LISTEN_FDS), in which case
-//     -l and -p are ignored with a warning;
+//  1. the sockets handed over by systemd (LISTEN_PID/LISTEN_FDS), in which
+//     case -l and -p are ignored with a warning (upstream serves only the
+//     first; beanpole serves them all);
 //  2. -l unix:PATH, a UNIX socket (-p ignored);
 //  3. TCP on -l (default 0.0.0.0) and -p.
 //
-// desc names the socket for the log: "127.0.0.1:11300", "[::1]:11300",
-// "unix:/run/beanpole.sock", or for an inherited socket the same prefixed
-// with "systemd fd 3 ". The caller exits with ExitListen on error.
-func Listen(cfg *Config, log zerolog.Logger) (ln net.Listener, desc string, err error) {
-	ln, desc, err = inheritedListener(cfg, log)
-	if ln != nil || err != nil {
-		return ln, desc, err
+// desc names the sockets for the log: "127.0.0.1:11300", "[::1]:11300",
+// "unix:/run/beanpole.sock", or for inherited sockets the same prefixed
+// with "systemd fd 3 ", joined by ", fd 4 ...". The caller exits with
+// ExitListen on error.
+func Listen(cfg *Config, log zerolog.Logger) (lns []net.Listener, desc string, err error) {
+	lns, desc, err = inheritedListeners(cfg, log)
+	if lns != nil || err != nil {
+		return lns, desc, err
 	}
+	var ln net.Listener
 	if path, ok := strings.CutPrefix(cfg.ListenAddr, "unix:"); ok {
-		return listenUnix(path, log)
+		ln, desc, err = listenUnix(path, log)
+	} else {
+		ln, desc, err = listenTCP(cfg.ListenAddr, cfg.Port)
 	}
-	return listenTCP(cfg.ListenAddr, cfg.Port)
+	if err != nil {
+		return nil, "", err
+	}
+	return []net.Listener{ln}, desc, nil
 }
 
 // listenUnix replaces a stale socket file but refuses to delete anything

@@ -69,10 +69,14 @@ func roundTrip(t *testing.T, ln net.Listener) net.Conn {
 func listenOK(t *testing.T, cfg Config) (net.Listener, string, []string) {
 	t.Helper()
 	log, buf := testLogger()
-	ln, desc, err := Listen(&cfg, log)
+	lns, desc, err := Listen(&cfg, log)
 	if err != nil {
 		t.Fatalf("Listen(%+v): %v", cfg, err)
 	}
+	if len(lns) != 1 {
+		t.Fatalf("Listen(%+v): %d listeners", cfg, len(lns))
+	}
+	ln := lns[0]
 	t.Cleanup(func() { ln.Close() })
 	return ln, desc, warnings(t, buf.Bytes())
 }
@@ -204,9 +208,9 @@ func TestListenUnixRefusesOtherFiles(t *testing.T) {
 	}
 	for _, path := range []string{file, dir} {
 		log, _ := testLogger()
-		ln, _, err := Listen(&Config{ListenAddr: "unix:" + path}, log)
+		lns, _, err := Listen(&Config{ListenAddr: "unix:" + path}, log)
 		if err == nil {
-			ln.Close()
+			lns[0].Close()
 			t.Fatalf("Listen on existing %s succeeded", path)
 		}
 		if !strings.Contains(err.Error(), "another file already exists in the given path") {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/rs/zerolog"
@@ -15,11 +16,13 @@ import (
 // listenFDsStart is SD_LISTEN_FDS_START: systemd passes sockets from fd 3 up.
 const listenFDsStart = 3
 
-// inheritedListener implements upstream's socket-activation path. beanstalkd
-// (built with libsystemd, as Debian ships it) takes the first socket systemd
-// passes and ignores -l/-p; it neither needs nor reads LISTEN_FDNAMES.
-// It returns a nil listener and nil error when nothing was passed to us.
-func inheritedListener(cfg *Config, log zerolog.Logger) (net.Listener, string, error) {
+// inheritedListeners implements socket activation. Upstream (built with
+// libsystemd, as Debian ships it) takes the first socket systemd passes and
+// ignores the rest; beanpole serves them all (a unit may listen on several
+// addresses), so one socket behaves exactly as upstream. -l/-p are ignored
+// with upstream's warnings. It returns no listeners and a nil error when
+// nothing was passed to us.
+func inheritedListeners(cfg *Config, log zerolog.Logger) ([]net.Listener, string, error) {
 	n, err := listenFDs()
 	if err != nil {
 		return nil, "", fmt.Errorf("sd_listen_fds: %w", err)
@@ -37,27 +40,38 @@ func inheritedListener(cfg *Config, log zerolog.Logger) (net.Listener, string, e
 	if cfg.portGiven {
 		log.Warn().Msgf("inherited listen fd; ignoring option: -p %s", cfg.Port)
 	}
-	if n > 1 {
-		log.Warn().Msg("inherited more than one listen socket; ignoring all but the first")
-	}
 
-	fd := listenFDsStart
+	var lns []net.Listener
+	var descs []string
+	for fd := listenFDsStart; fd < listenFDsStart+n; fd++ {
+		ln, err := inheritedListener(fd)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, "", err
+		}
+		lns = append(lns, ln)
+		desc := ln.Addr().String()
+		if ln.Addr().Network() == "unix" {
+			desc = "unix:" + desc
+		}
+		descs = append(descs, fmt.Sprintf("fd %d %s", fd, desc))
+	}
+	return lns, "systemd " + strings.Join(descs, ", "), nil
+}
+
+// inheritedListener takes over the listening socket systemd passed as fd.
+func inheritedListener(fd int) (net.Listener, error) {
 	if err := checkListeningStream(fd); err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	// net.FileListener works on a dup; closing the original keeps a single
 	// descriptor for the socket, so closing the listener really closes it.
-	f := os.NewFile(uintptr(fd), "systemd-listen-fd-3")
+	f := os.NewFile(uintptr(fd), "systemd-listen-fd-"+strconv.Itoa(fd))
 	ln, err := net.FileListener(f)
 	f.Close()
-	if err != nil {
-		return nil, "", err
-	}
-	desc := ln.Addr().String()
-	if ln.Addr().Network() == "unix" {
-		desc = "unix:" + desc
-	}
-	return ln, fmt.Sprintf("systemd fd %d %s", fd, desc), nil
+	return ln, err
 }
 
 // listenFDs is sd_listen_fds(1): it reports how many sockets systemd passed

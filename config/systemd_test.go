@@ -28,13 +28,14 @@ var listenEnv = []string{"LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"}
 
 // systemdResult is what the helper reports back as JSON on stdout.
 type systemdResult struct {
-	Desc       string
-	Err        string
-	Warnings   []string
-	EnvLeft    []string // LISTEN_* still set after Listen
-	FD3Closed  bool     // the original fd 3 was closed after the dup
-	FD4Cloexec bool     // a second inherited fd got FD_CLOEXEC
-	Accepted   bool
+	Desc      string
+	Err       string
+	Warnings  []string
+	EnvLeft   []string // LISTEN_* still set after Listen
+	FD3Closed bool     // the original fd 3 was closed after the dup
+	FD4Closed bool     // so was the original fd 4 of a second socket
+	Listeners int
+	Accepted  bool
 }
 
 // TestHelperProcess is not a test: it is the child side of the re-exec
@@ -72,8 +73,8 @@ func systemdChild() {
 		return
 	}
 	log, buf := testLogger()
-	ln, desc, err := Listen(&cfg, log)
-	res.Desc = desc
+	lns, desc, err := Listen(&cfg, log)
+	res.Desc, res.Listeners = desc, len(lns)
 	if err != nil {
 		res.Err = err.Error()
 	}
@@ -88,14 +89,14 @@ func systemdChild() {
 			res.EnvLeft = append(res.EnvLeft, k)
 		}
 	}
-	if ln == nil {
+	if len(lns) == 0 {
 		return
 	}
+	ln := lns[0]
 	_, err = unix.FcntlInt(3, unix.F_GETFD, 0)
 	res.FD3Closed = errors.Is(err, unix.EBADF)
-	if flags, err := unix.FcntlInt(4, unix.F_GETFD, 0); err == nil {
-		res.FD4Cloexec = flags&unix.FD_CLOEXEC != 0
-	}
+	_, err = unix.FcntlInt(4, unix.F_GETFD, 0)
+	res.FD4Closed = errors.Is(err, unix.EBADF)
 
 	ln.(interface{ SetDeadline(time.Time) error }).SetDeadline(time.Now().Add(5 * time.Second))
 	c, err := ln.Accept()
@@ -235,15 +236,15 @@ func TestListenSystemdUnixAndExtraFD(t *testing.T) {
 	if res.Err != "" {
 		t.Fatalf("child error: %s", res.Err)
 	}
-	if want := "systemd fd 3 unix:" + path; res.Desc != want {
+	// Both sockets are served (upstream takes only the first).
+	if want := "systemd fd 3 unix:" + path + ", fd 4 " + tl.Addr().String(); res.Desc != want {
 		t.Errorf("desc = %q; want %q", res.Desc, want)
 	}
-	wantWarn := []string{"inherited more than one listen socket; ignoring all but the first"}
-	if fmt.Sprint(res.Warnings) != fmt.Sprint(wantWarn) {
-		t.Errorf("warnings = %q; want %q", res.Warnings, wantWarn)
+	if res.Listeners != 2 || len(res.Warnings) != 0 {
+		t.Errorf("%d listeners, warnings %q; want 2 and none", res.Listeners, res.Warnings)
 	}
-	if !res.FD4Cloexec {
-		t.Error("ignored fd 4 was not marked close-on-exec")
+	if !res.FD4Closed {
+		t.Error("fd 4 still open after Listen: the socket would outlive its listener")
 	}
 	if len(res.EnvLeft) != 0 {
 		t.Errorf("LISTEN_* left in the environment: %v", res.EnvLeft)
@@ -316,9 +317,9 @@ func TestListenSystemdMalformed(t *testing.T) {
 		t.Setenv("LISTEN_PID", env[0])
 		t.Setenv("LISTEN_FDS", env[1])
 		log, _ := testLogger()
-		ln, _, err := Listen(&Config{ListenAddr: "127.0.0.1", Port: "0"}, log)
+		lns, _, err := Listen(&Config{ListenAddr: "127.0.0.1", Port: "0"}, log)
 		if err == nil {
-			ln.Close()
+			lns[0].Close()
 			t.Errorf("LISTEN_PID=%s LISTEN_FDS=%s: no error", env[0], env[1])
 		} else if !errors.Is(err, syscall.EINVAL) || !strings.HasPrefix(err.Error(), "sd_listen_fds: ") {
 			t.Errorf("LISTEN_PID=%s LISTEN_FDS=%s: err = %v", env[0], env[1], err)

@@ -111,41 +111,54 @@ func TestSystemdNotifyReadyAfterReplay(t *testing.T) {
 }
 
 // Socket activation as beanpole.socket does it: systemd-socket-activate
-// binds the port and starts the server on the first connection with the
-// listening socket as fd 3; the server serves it (and needs no -l/-p).
+// binds the ports and starts the server on the first connection with the
+// listening sockets as fd 3 and up; the server serves every one of them
+// (upstream serves only the first) and needs no -l/-p.
 func TestSystemdSocketActivation(t *testing.T) {
 	skipUnlessBeanpole(t, "run under systemd-socket-activate")
 	tool := lookTool(t, "systemd-socket-activate")
 	t.Parallel()
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
+	for _, n := range []int{1, 2} {
+		t.Run(strconv.Itoa(n)+" sockets", func(t *testing.T) {
+			var addrs []string
+			args := []string{}
+			for i := 0; i < n; i++ {
+				port, err := freePort()
+				if err != nil {
+					t.Fatal(err)
+				}
+				addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+				args = append(args, "-l", addrs[i])
+			}
+			cmd := exec.Command(tool, append(args, target.bin)...)
+			cmd.Env = serverEnv()
+			out := &syncBuffer{}
+			cmd.Stdout, cmd.Stderr = out, out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				_ = cmd.Wait()
+				if t.Failed() {
+					t.Logf("output:\n%s", out.String())
+				}
+			})
+			for i, addr := range addrs {
+				var nc net.Conn
+				var err error
+				waitFor(t, defaultTimeout, "a connection to "+addr, func() bool {
+					nc, err = net.Dial("tcp", addr)
+					return err == nil
+				})
+				c := &conn{nc: nc}
+				t.Cleanup(func() { nc.Close() })
+				mustSend(t, c, listUsed)
+				expect(t, c, usingDflt)
+				put(t, c, 0, 0, 60, "activated", uint64(i+1))
+			}
+		})
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cmd := exec.Command(tool, "-l", addr, target.bin)
-	cmd.Env = serverEnv()
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("output:\n%s", out.String())
-		}
-	})
-	var nc net.Conn
-	waitFor(t, defaultTimeout, "systemd-socket-activate to listen", func() bool {
-		nc, err = net.Dial("tcp", addr)
-		return err == nil
-	})
-	c := &conn{nc: nc}
-	t.Cleanup(func() { nc.Close() })
-	mustSend(t, c, listUsed)
-	expect(t, c, usingDflt)
-	put(t, c, 0, 0, 60, "activated", 1)
 }
 
 // The man page renders without a warning and documents every option the
