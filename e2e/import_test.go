@@ -28,7 +28,8 @@ type upstreamJob struct {
 }
 
 // makeUpstreamBinlog has C beanstalkd leave jobs in every state in dir
-// over several tubes and rotated files, then kills it with sig. It returns
+// over several tubes and rotated files (put, delete, release with a delay,
+// bury, kick, kick-job, touch, pause-tube), then kills it with sig. It returns
 // the live jobs as C reported them, the ids it deleted, and the highest id.
 func makeUpstreamBinlog(t *testing.T, dir string, sig syscall.Signal) (map[uint64]upstreamJob, []uint64, uint64) {
 	t.Helper()
@@ -74,6 +75,9 @@ func makeUpstreamBinlog(t *testing.T, dir string, sig syscall.Signal) (map[uint6
 	expect(t, c, "BURIED\r\n")
 	held := putIn("default", 1, 0, 120, "reserved when C stopped")
 	reserve("default", held)
+	// Neither is logged by C: they must not disturb the import.
+	mustSend(t, c, fmt.Sprintf("touch %d\r\npause-tube default 1\r\n", held))
+	expect(t, c, "TOUCHED\r\nPAUSED\r\n")
 	// mail: deleted, kicked, kicked by id, two buried in order.
 	del(putIn("mail", 0, 0, 60, "deleted"))
 	k := putIn("mail", 3, 0, 60, "kicked")
