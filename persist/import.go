@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strings"
 )
@@ -44,6 +45,10 @@ const (
 // own largest -z.
 const importMaxBody = 1 << 30
 
+// importBatch is how many bytes of records the import queues before it
+// waits for them to reach the disk.
+const importBatch = 64 << 20
+
 // importUpstream runs the import when DIR holds upstream files, or
 // finishes one that a crash interrupted. Open calls it under the lock.
 func (l *Log) importUpstream() error {
@@ -79,7 +84,14 @@ func (l *Log) importUpstream() error {
 	crashPoint("marked")
 	l.log.Info().Int("files", len(up)).Int("jobs", len(jobs)).Uint64("max_id", u.maxID).
 		Str("summary", Summarize(jobs)).Msg("binlog: imported upstream beanstalkd's binlog; its files go to " + importArchive + "/")
-	return l.finishImport()
+	if err := l.finishImport(); err != nil {
+		return err
+	}
+	// Recovery reads every body again from the new log: collect the
+	// upstream copies (dead from here) first, so that the peak is one copy
+	// of the jobs, not two.
+	debug.FreeOSMemory()
+	return nil
 }
 
 // upstreamSegments lists the binlog.N files of dir that are upstream's,
@@ -137,17 +149,34 @@ func (l *Log) writeStaged(staging string, jobs []*Job, maxID uint64) error {
 	if err != nil {
 		return fmt.Errorf("binlog import: %w", err)
 	}
+	// Records wait in the log's buffer until written: wait for the disk
+	// every importBatch bytes, so that the buffer never holds a second
+	// copy of every body.
+	done := make(chan error, 1)
+	ack := AckFunc(func(err error) { done <- err })
+	pending := 0
 	for _, j := range jobs {
-		if err := sl.Put(j, nil); err != nil {
+		pending += FullSize(j)
+		var a Ack
+		if pending >= importBatch {
+			a = ack
+		}
+		if err := sl.Put(j, a); err != nil {
 			sl.Close()
 			return fmt.Errorf("binlog import: job %d: %w", j.ID, err)
 		}
+		if a != nil {
+			if err := <-done; err != nil {
+				sl.Close()
+				return fmt.Errorf("binlog import: %w", err)
+			}
+			pending = 0
+		}
 	}
-	done := make(chan error, 1)
 	// Acks come in append order: the last one means everything is durable.
 	// An id mark keeps ids past every upstream job, deleted ones included.
 	mark := appendHighWater(nil, maxID)
-	if err := sl.place(mark, kindHighWater, maxID, AckFunc(func(err error) { done <- err })); err != nil {
+	if err := sl.place(mark, kindHighWater, maxID, ack); err != nil {
 		sl.Close()
 		return fmt.Errorf("binlog import: %w", err)
 	}
