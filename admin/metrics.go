@@ -15,6 +15,9 @@ import (
 // `list-tubes` and `stats-tube` report.
 type Source interface {
 	ServerStats(st *codec.ServerStats)
+	// Refused counts connections closed as soon as accepted (out of
+	// descriptors): beanstalkd has no such figure.
+	Refused() uint64
 	TubeNames(dst [][]byte) [][]byte
 	TubeStats(name []byte, st *codec.TubeStats) bool
 }
@@ -73,6 +76,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(
 		prometheus.NewDesc("beanstalkd_info", "The server's identity, from stats; always 1.", nil, info),
 		prometheus.GaugeValue, 1)
+	ch <- prometheus.MustNewConstMetric(
+		prometheus.NewDesc("beanpole_connections_refused_total",
+			"Connections closed as soon as accepted: out of descriptors, or keeping the last ones for the binlog.", nil, nil),
+		prometheus.CounterValue, float64(src.Refused()))
 
 	var (
 		buf    []byte

@@ -21,6 +21,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"golang.org/x/sys/unix"
 )
 
 // startHTTPServer starts a server with --http on a free port of its own
@@ -289,5 +290,56 @@ func TestHTTPAddressInUseIsRefused(t *testing.T) {
 	expectNoRace(t, cmd, string(out))
 	if code := cmd.ProcessState.ExitCode(); code != 111 || !strings.Contains(string(out), "--http") {
 		t.Fatalf("exit %d, output %q; want 111 naming --http", code, out)
+	}
+}
+
+// Connections closed as soon as accepted, for lack of descriptors, are
+// counted in beanpole_connections_refused_total.
+func TestHTTPCountsRefusedConnections(t *testing.T) {
+	skipUnlessBeanpole(t, "--http is beanpole's")
+	t.Parallel()
+	s, base := startHTTPServer(t, "-b", t.TempDir())
+	fams := scrape(t, base)
+	if got, ok := value(t, fams, "beanpole_connections_refused_total", ""); !ok || got != 0 {
+		t.Fatalf("refused before any: %v %v", got, ok)
+	}
+	nofile := uint64(max(64, procFDs(t, s.pid())+20))
+	if err := unix.Prlimit(s.pid(), unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: nofile, Max: nofile}, nil); err != nil {
+		t.Skipf("prlimit: %v", err)
+	}
+	refused := 0
+	for i := 0; i < int(nofile) && refused < 3; i++ {
+		c := s.dial(t)
+		mustSend(t, c, listUsed)
+		deadline := time.Now().Add(defaultTimeout)
+		for len(c.buf) < usingLen && c.fill(deadline) == nil {
+		}
+		if c.eof != nil && len(c.buf) == 0 {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Fatalf("no connection refused under %d descriptors", nofile)
+	}
+	// A scrape needs a descriptor too: let a few connections go first.
+	if got, _ := value(t, scrapeWhenPossible(t, base), "beanpole_connections_refused_total", ""); got < float64(refused) {
+		t.Fatalf("beanpole_connections_refused_total %v, %d refused", got, refused)
+	}
+}
+
+// scrapeWhenPossible retries a scrape that fails for lack of descriptors.
+func scrapeWhenPossible(t *testing.T, base string) map[string]*dto.MetricFamily {
+	t.Helper()
+	deadline := time.Now().Add(defaultTimeout)
+	for {
+		resp, err := http.Get(base + "/metrics")
+		if err == nil {
+			resp.Body.Close()
+			return scrape(t, base)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

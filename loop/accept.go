@@ -194,6 +194,7 @@ func (a *acceptor) shed(lfd int) {
 	a.spare = nil
 	if fd, err := accept(lfd); err == nil {
 		unix.Close(fd)
+		a.s.refused.Add(1)
 	}
 	a.spare, _ = os.Open(os.DevNull)
 }

@@ -29,6 +29,7 @@ func (a *acceptor) reserveShort(fd int) bool {
 		return false
 	}
 	unix.Close(fd)
+	a.s.refused.Add(1)
 	if !a.shedding {
 		a.shedding = true
 		a.s.log.Warn().Int("reserve", a.s.cfg.ReserveFDs).

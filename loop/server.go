@@ -42,6 +42,10 @@ type Config struct {
 // DefaultInputBudget is the input budget until SetInputBudget sets one.
 const DefaultInputBudget = 256 << 20
 
+// Refused is how many connections were closed as soon as accepted, for
+// lack of descriptors (accept.go, reserve.go).
+func (s *Server) Refused() uint64 { return s.refused.Load() }
+
 // SetInputBudget bounds the input held, all connections together, by
 // connections that wait (see checkInputCap). Call it before Serve.
 func (s *Server) SetInputBudget(n int64) {
@@ -63,8 +67,11 @@ type Server struct {
 	loops       map[gnet.EventLoop]*loopState
 	listeners   []net.Listener
 	acceptFiles []*os.File // each Serve's own descriptor (accept.go)
-	stopping    atomic.Bool
-	acceptWG    sync.WaitGroup
+	// refused counts connections accepted only to be closed at once: out
+	// of descriptors, or keeping the last ones for the binlog.
+	refused  atomic.Uint64
+	stopping atomic.Bool
+	acceptWG sync.WaitGroup
 
 	throttled throttleSet
 
