@@ -18,6 +18,8 @@ func (s statsSource) ServerStats(st *codec.ServerStats) { s.srv.Stats(st) }
 
 func (s statsSource) Refused() uint64 { return s.srv.Refused() }
 
+func (s statsSource) Bytes() (in, out uint64) { return s.srv.Bytes() }
+
 func (s statsSource) TubeNames(dst [][]byte) [][]byte { return s.eng.AppendTubeNames(dst) }
 
 func (s statsSource) TubeStats(name []byte, st *codec.TubeStats) bool {

@@ -16,8 +16,10 @@ import (
 type Source interface {
 	ServerStats(st *codec.ServerStats)
 	// Refused counts connections closed as soon as accepted (out of
-	// descriptors): beanstalkd has no such figure.
+	// descriptors), Bytes the protocol's bytes in and out: beanstalkd has
+	// neither.
 	Refused() uint64
+	Bytes() (in, out uint64)
 	TubeNames(dst [][]byte) [][]byte
 	TubeStats(name []byte, st *codec.TubeStats) bool
 }
@@ -80,6 +82,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		prometheus.NewDesc("beanpole_connections_refused_total",
 			"Connections closed as soon as accepted: out of descriptors, or keeping the last ones for the binlog.", nil, nil),
 		prometheus.CounterValue, float64(src.Refused()))
+	in, out := src.Bytes()
+	ch <- prometheus.MustNewConstMetric(
+		prometheus.NewDesc("beanpole_read_bytes_total", "Protocol bytes read from clients and consumed.", nil, nil),
+		prometheus.CounterValue, float64(in))
+	ch <- prometheus.MustNewConstMetric(
+		prometheus.NewDesc("beanpole_written_bytes_total", "Protocol bytes written to clients.", nil, nil),
+		prometheus.CounterValue, float64(out))
 
 	var (
 		buf    []byte

@@ -343,3 +343,21 @@ func scrapeWhenPossible(t *testing.T, base string) map[string]*dto.MetricFamily 
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// The protocol's bytes in and out are counted exactly: what the client
+// sent and what it received.
+func TestHTTPCountsBytes(t *testing.T) {
+	skipUnlessBeanpole(t, "--http is beanpole's")
+	t.Parallel()
+	s, base := startHTTPServer(t)
+	c := s.dial(t)
+	in := listUsed + "put 0 0 60 5\r\nhello\r\n"
+	mustSend(t, c, in)
+	expect(t, c, usingDflt+"INSERTED 1\r\n")
+	fams := scrape(t, base)
+	r, _ := value(t, fams, "beanpole_read_bytes_total", "")
+	w, _ := value(t, fams, "beanpole_written_bytes_total", "")
+	if r != float64(len(in)) || w != float64(len(usingDflt+"INSERTED 1\r\n")) {
+		t.Fatalf("read %v written %v; want %d and %d", r, w, len(in), len(usingDflt+"INSERTED 1\r\n"))
+	}
+}

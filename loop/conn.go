@@ -168,7 +168,8 @@ func (c *conn) ackNeed() uint64 {
 func (c *conn) writeBufs(bufs [][]byte) {
 	for sent := 0; sent < len(bufs) && !c.closed; {
 		n := min(len(bufs)-sent, maxIOV)
-		_, _ = c.gc.Writev(bufs[sent : sent+n])
+		w, _ := c.gc.Writev(bufs[sent : sent+n])
+		c.ls.bytesOut.Add(uint64(w))
 		sent += n
 	}
 }

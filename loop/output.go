@@ -62,21 +62,22 @@ func (o *output) full() bool {
 	return len(o.iov) >= maxIOV || len(o.buf) >= 256<<10 || o.bodies >= 4<<20
 }
 
-// flush writes everything batched so far to c and resets the batch. The
-// bodies are referenced, not copied: gnet copies only what the kernel does
-// not take at once.
-func (o *output) flush(c gnet.Conn) {
+// flush writes everything batched so far to c, resets the batch and
+// reports the bytes gnet took. The bodies are referenced, not copied: gnet
+// copies only what the kernel does not take at once.
+func (o *output) flush(c gnet.Conn) (n int) {
 	if len(o.iov) == 0 {
 		if len(o.buf) > 0 {
-			_, _ = c.Write(o.buf)
+			n, _ = c.Write(o.buf)
 		}
 	} else {
 		if o.mark < len(o.buf) {
 			o.iov = append(o.iov, o.buf[o.mark:])
 		}
-		_, _ = c.Writev(o.iov)
+		n, _ = c.Writev(o.iov)
 	}
 	o.reset()
+	return n
 }
 
 // discard drops the batch unsent (the connection is gone).

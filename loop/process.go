@@ -239,8 +239,11 @@ func (s *Server) finishClosing(c *conn) gnet.Action {
 func (s *Server) send(c *conn, consumed int) {
 	if consumed > 0 { // never Discard(0): it means "everything" to gnet
 		_, _ = c.gc.Discard(consumed)
+		c.ls.bytesIn.Add(uint64(consumed))
 	}
-	c.ls.out.flush(c.gc)
+	if n := c.ls.out.flush(c.gc); n > 0 {
+		c.ls.bytesOut.Add(uint64(n))
+	}
 }
 
 // appended is how many binlog records c's commands have appended so far.
@@ -384,5 +387,6 @@ func (c *conn) readBodyDirect() {
 			return
 		}
 		c.body = c.body[:len(c.body)+n]
+		c.ls.bytesIn.Add(uint64(n))
 	}
 }

@@ -42,6 +42,17 @@ type Config struct {
 // DefaultInputBudget is the input budget until SetInputBudget sets one.
 const DefaultInputBudget = 256 << 20
 
+// Bytes is the input consumed and the output written, all loops together.
+func (s *Server) Bytes() (in, out uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ls := range s.loops {
+		in += ls.bytesIn.Load()
+		out += ls.bytesOut.Load()
+	}
+	return in, out
+}
+
 // Refused is how many connections were closed as soon as accepted, for
 // lack of descriptors (accept.go, reserve.go).
 func (s *Server) Refused() uint64 { return s.refused.Load() }
@@ -93,7 +104,10 @@ type loopState struct {
 	// cmd counts commands for `stats`; atomics only so `stats` on another
 	// loop may read them: this cache line is written by this loop alone.
 	cmd [codec.NumOps]atomic.Uint64
-	_   [64]byte
+	// bytesIn and bytesOut count the input consumed and the output handed
+	// to gnet, for /metrics; like cmd, written by this loop alone.
+	bytesIn, bytesOut atomic.Uint64
+	_                 [64]byte
 }
 
 // New builds a server around an engine.
