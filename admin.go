@@ -4,14 +4,16 @@ import (
 	"github.com/beanpole/beanpole/codec"
 	"github.com/beanpole/beanpole/engine"
 	"github.com/beanpole/beanpole/loop"
+	"github.com/beanpole/beanpole/persist"
 )
 
 // statsSource reads /metrics from where the protocol's stats commands
 // read: the server for `stats`, the engine for `list-tubes` and
 // `stats-tube`.
 type statsSource struct {
-	srv *loop.Server
-	eng *engine.Engine
+	srv  *loop.Server
+	eng  *engine.Engine
+	blog *persist.Log // nil without -b
 }
 
 func (s statsSource) ServerStats(st *codec.ServerStats) { s.srv.Stats(st) }
@@ -19,6 +21,13 @@ func (s statsSource) ServerStats(st *codec.ServerStats) { s.srv.Stats(st) }
 func (s statsSource) Refused() uint64 { return s.srv.Refused() }
 
 func (s statsSource) Bytes() (in, out uint64) { return s.srv.Bytes() }
+
+func (s statsSource) Binlog() (persist.Stats, bool) {
+	if s.blog == nil {
+		return persist.Stats{}, false
+	}
+	return s.blog.Stats(), true
+}
 
 func (s statsSource) TubeNames(dst [][]byte) [][]byte { return s.eng.AppendTubeNames(dst) }
 

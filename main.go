@@ -157,7 +157,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for _, ln := range lns {
 		go func() { served <- srv.Serve(ln) }()
 	}
-	adm.SetSource(statsSource{srv: srv, eng: eng})
+	adm.SetSource(statsSource{srv: srv, eng: eng, blog: blog})
 	adm.SetState(admin.Ready)
 	if err := sdNotify("READY=1"); err != nil {
 		log.Warn().Err(err).Msg("could not tell systemd the server is ready")

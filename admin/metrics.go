@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/beanpole/beanpole/codec"
+	"github.com/beanpole/beanpole/persist"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -20,6 +21,8 @@ type Source interface {
 	// neither.
 	Refused() uint64
 	Bytes() (in, out uint64)
+	// Binlog is the binlog's own figures; false without -b.
+	Binlog() (persist.Stats, bool)
 	TubeNames(dst [][]byte) [][]byte
 	TubeStats(name []byte, st *codec.TubeStats) bool
 }
@@ -89,6 +92,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(
 		prometheus.NewDesc("beanpole_written_bytes_total", "Protocol bytes written to clients.", nil, nil),
 		prometheus.CounterValue, float64(out))
+	if bl, ok := src.Binlog(); ok {
+		collectBinlog(ch, &bl)
+	}
 
 	var (
 		buf    []byte
@@ -189,4 +195,35 @@ func eachStat(reply []byte, fn func(key string, v float64, s string, isNum bool)
 		}
 		fn(string(k), 0, s, false)
 	}
+}
+
+// collectBinlog sends the binlog's figures beyond stats' binlog-* keys:
+// group commits and fsyncs with the time they took (so that a rate of the
+// seconds over a rate of the count is the mean latency), bytes written, and
+// the files' size and live share.
+func collectBinlog(ch chan<- prometheus.Metric, st *persist.Stats) {
+	for _, m := range []struct {
+		name, help string
+		t          prometheus.ValueType
+		v          float64
+	}{
+		{"beanpole_binlog_writes_total", "Group commits: one write of queued records.", prometheus.CounterValue, float64(st.Batches)},
+		{"beanpole_binlog_write_seconds_total", "Time the group commits' writes took.", prometheus.CounterValue, float64(st.WriteNanos) / 1e9},
+		{"beanpole_binlog_written_bytes_total", "Bytes the group commits wrote.", prometheus.CounterValue, float64(st.BytesWritten)},
+		{"beanpole_binlog_fsyncs_total", "fsyncs of binlog files.", prometheus.CounterValue, float64(st.Fsyncs)},
+		{"beanpole_binlog_fsync_seconds_total", "Time the fsyncs of the file being written took.", prometheus.CounterValue, float64(st.FsyncNanos) / 1e9},
+		{"beanpole_binlog_disk_bytes", "Size of the binlog files, spares included.", prometheus.GaugeValue, float64(st.DiskBytes)},
+		{"beanpole_binlog_live_bytes", "Bytes of the live jobs' latest full records.", prometheus.GaugeValue, float64(st.LiveBytes)},
+		{"beanpole_binlog_segments", "Binlog files, spares included.", prometheus.GaugeValue, float64(st.Segments)},
+		{"beanpole_binlog_disk_full", "1 while the last attempt to create a binlog file failed.", prometheus.GaugeValue, b2f(st.DiskFull)},
+	} {
+		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(m.name, m.help, nil, nil), m.t, m.v)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

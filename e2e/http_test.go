@@ -169,6 +169,14 @@ func TestHTTPMetricsMatchStats(t *testing.T) {
 			t.Errorf("%s: type %v, want %v", name, f.GetType(), want)
 		}
 	}
+	// The binlog's own figures: the puts above were written before they
+	// were acknowledged.
+	for _, name := range []string{"beanpole_binlog_writes_total", "beanpole_binlog_written_bytes_total",
+		"beanpole_binlog_write_seconds_total", "beanpole_binlog_segments", "beanpole_binlog_disk_bytes"} {
+		if v, ok := value(t, fams, name, ""); !ok || v <= 0 {
+			t.Errorf("%s = %v %v, want > 0", name, v, ok)
+		}
+	}
 	info := fams["beanstalkd_info"]
 	if info == nil || len(info.GetMetric()) != 1 {
 		t.Fatalf("beanstalkd_info: %v", info)
@@ -212,6 +220,9 @@ func TestHTTPMetricsFoldTubesPastTheCap(t *testing.T) {
 	}
 	if got, _ := value(t, fams, "beanstalkd_tubes_folded", ""); got != 2 {
 		t.Errorf("beanstalkd_tubes_folded = %v, want 2", got)
+	}
+	if _, ok := value(t, fams, "beanpole_binlog_writes_total", ""); ok {
+		t.Error("binlog figures without -b")
 	}
 	if _, ok := value(t, fams, "beanstalkd_tube_pause", "_other"); ok {
 		t.Error("pause does not add up, yet _other has it")

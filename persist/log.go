@@ -56,6 +56,10 @@ type Log struct {
 	}
 
 	written, migrated, fsyncs, batches atomic.Uint64
+	// writeNanos and fsyncNanos add up the time the group commits' writes
+	// and the fsyncs of the current segment took; bytesWritten what the
+	// writes wrote.
+	writeNanos, fsyncNanos, bytesWritten atomic.Uint64
 }
 
 // pin records where a live job's latest full record is.

@@ -21,8 +21,11 @@ type Stats struct {
 	LiveBytes int64 // bytes of the live jobs' latest full records
 	Fsyncs    uint64
 	Batches   uint64 // group commits (write calls)
-	DiskFull  bool   // the last attempt to create a segment failed
-	Failed    error  // non-nil once a write or fsync failed
+	// The time the group commits' writes and the fsyncs took, in all, and
+	// the bytes written.
+	WriteNanos, FsyncNanos, BytesWritten uint64
+	DiskFull                             bool  // the last attempt to create a segment failed
+	Failed                               error // non-nil once a write or fsync failed
 }
 
 // Stats returns the current statistics.
@@ -37,6 +40,9 @@ func (l *Log) Stats() Stats {
 		LiveJobs:        len(l.pins),
 		Fsyncs:          l.fsyncs.Load(),
 		Batches:         l.batches.Load(),
+		WriteNanos:      l.writeNanos.Load(),
+		FsyncNanos:      l.fsyncNanos.Load(),
+		BytesWritten:    l.bytesWritten.Load(),
 		DiskFull:        l.space.full,
 		Failed:          l.failed,
 	}

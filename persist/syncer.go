@@ -39,9 +39,11 @@ func (l *Log) syncLoop() {
 		// Everything up to lsn is in s or in sealed segments, which were
 		// synced when sealed; so syncing s makes all of it durable. If the
 		// writer seals s meanwhile, that seal syncs it.
+		start := time.Now()
 		err := s.sync()
-		l.fsyncs.Add(1)
 		last = time.Now()
+		l.fsyncNanos.Add(uint64(last.Sub(start)))
+		l.fsyncs.Add(1)
 		l.mu.Lock()
 		if err != nil {
 			l.failLocked(err)

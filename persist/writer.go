@@ -1,5 +1,7 @@
 package persist
 
+import "time"
+
 // Group commit.
 //
 // Appenders place records and copy them into the pending batch under
@@ -89,10 +91,14 @@ func (l *Log) commit(b *batch, failed error) {
 	err := failed
 	var sealed []*segment
 	if err == nil {
+		start := time.Now()
 		err = l.writeRuns(b, &sealed)
+		l.writeNanos.Add(uint64(time.Since(start)))
 	}
 	if err == nil && l.opts.WantSync && l.opts.SyncEvery == 0 {
+		start := time.Now()
 		err = l.w.cur.sync()
+		l.fsyncNanos.Add(uint64(time.Since(start)))
 		l.fsyncs.Add(1)
 	}
 	l.mu.Lock()
@@ -162,6 +168,7 @@ func (l *Log) writeRuns(b *batch, sealed *[]*segment) error {
 		if _, err := r.seg.f.WriteAt(b.buf[r.start:r.end], r.off); err != nil {
 			return err
 		}
+		l.bytesWritten.Add(uint64(r.end - r.start))
 		l.w.end = r.off + int64(r.end-r.start)
 	}
 	return nil
