@@ -60,10 +60,10 @@ func (s *Server) Serve(ln net.Listener) error {
 	if _, ok := ln.(*net.UnixListener); ok {
 		a.network = "unix"
 	}
-	a.spare, _ = os.Open(os.DevNull)
+	a.spare = openSpare()
 	defer func() {
-		if a.spare != nil {
-			a.spare.Close()
+		if a.spare >= 0 {
+			unix.Close(a.spare)
 		}
 	}()
 	err = rc.Read(func(lfd uintptr) bool { return !a.acceptAll(int(lfd)) })
@@ -117,8 +117,8 @@ func listenerFile(ln net.Listener) (*os.File, error) {
 // reports true when none is left (wait for the next), false to stop.
 func (a *acceptor) acceptAll(lfd int) bool {
 	for !a.s.stopping.Load() {
-		if a.spare == nil {
-			a.spare, _ = os.Open(os.DevNull)
+		if a.spare < 0 {
+			a.spare = openSpare()
 		}
 		fd, err := accept(lfd)
 		switch err {
@@ -160,7 +160,7 @@ type acceptor struct {
 	s        *Server
 	network  string   // "tcp" or "unix", for gnet
 	local    net.Addr // the listener's, shared by its connections
-	spare    *os.File
+	spare    int      // a descriptor kept to give up at EMFILE (shed); -1: none
 	backoff  time.Duration
 	shedding bool // shedding to keep descriptors in reserve (reserve.go)
 }
@@ -185,16 +185,31 @@ func (a *acceptor) failed(lfd int, err error) {
 
 // shed closes one client that is already waiting in the backlog, using the
 // spare descriptor for it (the listener is non-blocking: with nobody
-// waiting, accept4 just says so).
+// waiting, accept4 just says so). The client's socket is shut down, which
+// the client sees as the close, and kept as the next spare: reopening
+// /dev/null could fail at the limit (another thread may take the freed
+// number first) and leave nothing to shed the next client with.
 func (a *acceptor) shed(lfd int) {
-	if a.spare == nil {
+	if a.spare < 0 {
 		return
 	}
-	a.spare.Close()
-	a.spare = nil
-	if fd, err := accept(lfd); err == nil {
-		unix.Close(fd)
-		a.s.refused.Add(1)
+	unix.Close(a.spare)
+	a.spare = -1
+	fd, err := accept(lfd)
+	if err != nil {
+		a.spare = openSpare()
+		return
 	}
-	a.spare, _ = os.Open(os.DevNull)
+	_ = unix.Shutdown(fd, unix.SHUT_RDWR)
+	a.spare = fd
+	a.s.refused.Add(1)
+}
+
+// openSpare opens the descriptor shed gives up, or returns -1.
+func openSpare() int {
+	fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return fd
 }
