@@ -20,8 +20,12 @@ const listenFDsStart = 3
 // libsystemd, as Debian ships it) takes the first socket systemd passes and
 // ignores the rest; beanpole serves them all (a unit may listen on several
 // addresses), so one socket behaves exactly as upstream. -l/-p are ignored
-// with upstream's warnings. It returns no listeners and a nil error when
-// nothing was passed to us.
+// with upstream's warnings. As upstream, the first socket (fd 3) must be a
+// listening TCP or UNIX stream socket; a later one that is not (a unit may
+// also pass a datagram socket or a FIFO, which upstream never looks at) is
+// closed and skipped with a warning, so that everything upstream accepts
+// is accepted. It returns no listeners and a nil error when nothing was
+// passed to us.
 func inheritedListeners(cfg *Config, log zerolog.Logger) ([]net.Listener, string, error) {
 	n, err := listenFDs()
 	if err != nil {
@@ -46,10 +50,11 @@ func inheritedListeners(cfg *Config, log zerolog.Logger) ([]net.Listener, string
 	for fd := listenFDsStart; fd < listenFDsStart+n; fd++ {
 		ln, err := inheritedListener(fd)
 		if err != nil {
-			for _, l := range lns {
-				l.Close()
+			if fd == listenFDsStart {
+				return nil, "", err
 			}
-			return nil, "", err
+			log.Warn().Err(err).Msgf("inherited fd %d is not served", fd)
+			continue
 		}
 		lns = append(lns, ln)
 		desc := ln.Addr().String()
@@ -62,8 +67,11 @@ func inheritedListeners(cfg *Config, log zerolog.Logger) ([]net.Listener, string
 }
 
 // inheritedListener takes over the listening socket systemd passed as fd.
+// The descriptor is closed in every case: on success the listener holds
+// its own duplicate.
 func inheritedListener(fd int) (net.Listener, error) {
 	if err := checkListeningStream(fd); err != nil {
+		unix.Close(fd)
 		return nil, err
 	}
 	// net.FileListener works on a dup; closing the original keeps a single

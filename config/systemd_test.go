@@ -281,6 +281,48 @@ func TestListenSystemdRejectsNonListeningFD(t *testing.T) {
 	}
 }
 
+// A later socket that is not a listening stream (a unit may pass a
+// datagram socket too) is skipped with a warning and closed, while the
+// first is served: upstream never looks past fd 3, so what it accepts,
+// beanpole accepts.
+func TestListenSystemdSkipsExtraNonListeningFD(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	udp, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	uf, err := udp.(*net.UDPConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	res := runSystemdChild(t, []*os.File{f, uf}, "", ln.Addr())
+	if res.Err != "" {
+		t.Fatalf("child error: %s", res.Err)
+	}
+	if want := "systemd fd 3 " + ln.Addr().String(); res.Desc != want || res.Listeners != 1 {
+		t.Errorf("desc = %q, %d listeners; want %q, 1", res.Desc, res.Listeners, want)
+	}
+	if len(res.Warnings) != 1 || res.Warnings[0] != "inherited fd 4 is not served" {
+		t.Errorf("warnings = %q; want one for fd 4", res.Warnings)
+	}
+	if !res.FD4Closed {
+		t.Error("the skipped fd 4 is still open")
+	}
+	if !res.Accepted {
+		t.Error("child did not accept on fd 3")
+	}
+}
+
 // A LISTEN_PID naming another process is not for us: listen normally, and
 // still scrub the variables so that no child inherits them.
 func TestListenSystemdOtherPID(t *testing.T) {
