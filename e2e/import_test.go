@@ -2,12 +2,14 @@ package e2e
 
 // Switching from beanstalkd: beanpole started on a directory where C
 // beanstalkd kept its binlog carries every live job over (id, tube, state,
-// priority, delay, TTR, counters, age, body), never reuses an id, moves the
-// upstream files to DIR/beanstalkd-import/, and does all of it once, even
-// when killed half-way. The binlogs are real: C beanstalkd writes them in
-// the test.
+// priority, delay, TTR, counters, age, body, buried order), never reuses an
+// id, moves the upstream files to DIR/beanstalkd-import/, does it once,
+// finishes it when killed half-way, and refuses a damaged binlog naming the
+// file, the offset and the jobs. The binlogs are real: C beanstalkd writes
+// them in the tests.
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,208 +21,292 @@ import (
 	"time"
 )
 
-const cBeanstalkd = "/usr/bin/beanstalkd"
-
-// upstreamJob is what C reported about a job before it stopped.
-type upstreamJob struct {
+// cJob is what C reported about a live job just before it stopped.
+type cJob struct {
 	stats map[string]string
-	body  string
+	body  string // CRLF included
 }
 
-// makeUpstreamBinlog has C beanstalkd leave jobs in every state in dir
-// over several tubes and rotated files (put, delete, release with a delay,
-// bury, kick, kick-job, touch, pause-tube), then kills it with sig. It returns
-// the live jobs as C reported them, the ids it deleted, and the highest id.
-func makeUpstreamBinlog(t *testing.T, dir string, sig syscall.Signal) (map[uint64]upstreamJob, []uint64, uint64) {
+// cBinlog is what C left behind: its live jobs, the ids it deleted, the
+// highest id it handed out, and when it stopped.
+type cBinlog struct {
+	live    map[uint64]cJob
+	deleted []uint64
+	maxID   uint64
+	held    uint64 // reserved when C stopped
+	stopped time.Time
+}
+
+// cClient drives C beanstalkd over one connection.
+type cClient struct {
+	t       *testing.T
+	c       *conn
+	id      uint64
+	deleted []uint64
+}
+
+func (k *cClient) cmd(line, reply string) {
+	k.t.Helper()
+	mustSend(k.t, k.c, line+"\r\n")
+	expect(k.t, k.c, reply+"\r\n")
+}
+
+func (k *cClient) put(tube string, pri, delay, ttr int, body string) uint64 {
+	k.t.Helper()
+	k.cmd("use "+tube, "USING "+tube)
+	k.id++
+	put(k.t, k.c, pri, delay, ttr, body, k.id)
+	return k.id
+}
+
+func (k *cClient) reserve(id uint64) {
+	k.t.Helper()
+	mustSend(k.t, k.c, fmt.Sprintf("reserve-job %d\r\n", id))
+	if line := readLine(k.t, k.c); !strings.HasPrefix(line, fmt.Sprintf("RESERVED %d ", id)) {
+		k.t.Fatalf("reserve-job %d: %s", id, show(line))
+	}
+	readLine(k.t, k.c)
+}
+
+func (k *cClient) bury(id uint64, pri int) {
+	k.t.Helper()
+	k.reserve(id)
+	k.cmd(fmt.Sprintf("bury %d %d", id, pri), "BURIED")
+}
+
+func (k *cClient) del(id uint64) {
+	k.t.Helper()
+	k.cmd(fmt.Sprintf("delete %d", id), "DELETED")
+	k.deleted = append(k.deleted, id)
+}
+
+// makeCBinlog has C beanstalkd (-s 10000: many small files) leave jobs in
+// every state, over several tubes, through put, delete, release with and
+// without a delay, bury, kick, kick-job, touch, pause-tube, a TTR timeout
+// and enough churn to rotate and compact its files, then stops it with
+// sig. It takes a little over a second: a TTR and a delay must run out.
+func makeCBinlog(t *testing.T, dir string, sig syscall.Signal) cBinlog {
 	t.Helper()
-	if _, err := os.Stat(cBeanstalkd); err != nil {
+	if _, err := os.Stat(referenceBin); err != nil {
 		t.Skipf("C beanstalkd not installed (apt-get install beanstalkd): %v", err)
 	}
-	s, err := startProcRetry(cBeanstalkd, "tcp", "", []string{"-b", dir, "-s", "10000"})
+	s, err := startProcRetry(referenceBin, "tcp", "", []string{"-b", dir, "-s", "10000"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := s.dial(t)
-	id := uint64(0)
-	putIn := func(tube string, pri, delay, ttr int, body string) uint64 {
-		mustSend(t, c, "use "+tube+"\r\n")
-		expect(t, c, "USING "+tube+"\r\n")
-		id++
-		put(t, c, pri, delay, ttr, body, id)
-		return id
-	}
-	reserve := func(_ string, want uint64) {
-		mustSend(t, c, fmt.Sprintf("reserve-job %d\r\n", want))
-		if line := readLine(t, c); !strings.HasPrefix(line, fmt.Sprintf("RESERVED %d ", want)) {
-			t.Fatalf("reserve-job %d: %s", want, show(line))
-		}
-		readLine(t, c) // the body
-	}
-	var deleted []uint64
-	del := func(id uint64) {
-		mustSend(t, c, fmt.Sprintf("delete %d\r\n", id))
-		expect(t, c, "DELETED\r\n")
-		deleted = append(deleted, id)
-	}
-	// default: ready, delayed, buried, released with a delay, reserved.
-	putIn("default", 100, 0, 60, "ready")
-	putIn("default", 5, 3600, 30, "delayed")
-	b := putIn("default", 7, 0, 60, "buried")
-	r := putIn("default", 0, 0, 60, "to release")
-	reserve("default", r)
-	mustSend(t, c, fmt.Sprintf("release %d 9 600\r\n", r))
-	expect(t, c, "RELEASED\r\n")
-	reserve("default", b)
-	mustSend(t, c, fmt.Sprintf("bury %d 8\r\n", b))
-	expect(t, c, "BURIED\r\n")
-	held := putIn("default", 1, 0, 120, "reserved when C stopped")
-	reserve("default", held)
-	// Neither is logged by C: they must not disturb the import.
-	mustSend(t, c, fmt.Sprintf("touch %d\r\npause-tube default 1\r\n", held))
-	expect(t, c, "TOUCHED\r\nPAUSED\r\n")
-	// mail: deleted, kicked, kicked by id, two buried in order.
-	del(putIn("mail", 0, 0, 60, "deleted"))
-	k := putIn("mail", 3, 0, 60, "kicked")
-	kj := putIn("mail", 4, 0, 60, "kick-job")
-	reserve("mail", k)
-	mustSend(t, c, fmt.Sprintf("bury %d 3\r\n", k))
-	expect(t, c, "BURIED\r\n")
-	mustSend(t, c, "use mail\r\nkick 1\r\n")
-	expect(t, c, "USING mail\r\nKICKED 1\r\n")
-	reserve("mail", kj)
-	mustSend(t, c, fmt.Sprintf("bury %d 4\r\nkick-job %d\r\n", kj, kj))
-	expect(t, c, "BURIED\r\nKICKED\r\n")
-	b1, b2 := putIn("mail", 50, 0, 60, "buried first"), putIn("mail", 40, 0, 60, "buried second")
-	for _, x := range []uint64{b1, b2} {
-		reserve("mail", x)
-		mustSend(t, c, fmt.Sprintf("bury %d 50\r\n", x))
-		expect(t, c, "BURIED\r\n")
-	}
-	// big: enough bytes to rotate C's 10 kB files many times; half deleted.
-	body := strings.Repeat("b", 700)
-	for i := 0; i < 40; i++ {
-		x := putIn("big", i, 0, 60, fmt.Sprintf("%03d%s", i, body))
-		if i%2 == 0 {
-			del(x)
-		}
-	}
-	del(putIn("default", 0, 0, 60, "the highest id, deleted"))
+	defer s.stop()
+	k := &cClient{t: t, c: s.dial(t)}
+	start := time.Now()
 
-	live := map[uint64]upstreamJob{}
-	for x := uint64(1); x <= id; x++ {
-		mustSend(t, c, fmt.Sprintf("peek %d\r\n", x))
-		line := readLine(t, c)
+	// default: these records end up in files that compaction empties, so
+	// the jobs are moved forward (full records again, in their state).
+	k.put("default", 100, 0, 60, "ready")
+	k.put("default", 5, 3600, 30, "delayed")
+	k.bury(k.put("default", 7, 0, 60, "buried"), 8)
+	released := k.put("default", 0, 0, 60, "released with a delay")
+	k.reserve(released)
+	k.cmd(fmt.Sprintf("release %d 9 600", released), "RELEASED")
+	timedOut := k.put("default", 2, 0, 1, "its TTR ran out")
+	k.reserve(timedOut)
+	ranOut := k.put("default", 3, 1, 60, "its delay ran out")
+	held := k.put("default", 1, 0, 3600, "reserved when C stopped")
+	k.reserve(held)
+	// Neither is logged by C: they must not disturb the import.
+	k.cmd(fmt.Sprintf("touch %d", held), "TOUCHED")
+	k.cmd("pause-tube default 1", "PAUSED")
+
+	// churn: rotates C's 10 kB files many times; big keeps some.
+	for i := 0; i < 120; i++ {
+		id := k.put("churn", i, 0, 60, fmt.Sprintf("%03d%s", i, strings.Repeat("c", 700)))
+		k.del(id)
+		if i%10 == 0 {
+			k.put("big", i, 0, 60, fmt.Sprintf("%03d%s", i, strings.Repeat("b", 700)))
+		}
+	}
+
+	// mail: after the churn, so that the bury records stay.
+	k.del(k.put("mail", 0, 0, 60, "deleted"))
+	kicked := k.put("mail", 3, 0, 60, "kicked")
+	k.bury(kicked, 3)
+	k.cmd("use mail", "USING mail")
+	k.cmd("kick 1", "KICKED 1")
+	kj := k.put("mail", 4, 0, 60, "kick-job")
+	k.bury(kj, 4)
+	k.cmd(fmt.Sprintf("kick-job %d", kj), "KICKED")
+	first, second := k.put("mail", 50, 0, 60, "buried second"), k.put("mail", 40, 0, 60, "buried first")
+	k.bury(second, 40)
+	k.bury(first, 50)
+	k.cmd(fmt.Sprintf("kick-job %d", k.put("mail", 6, 3600, 60, "kicked while delayed")), "KICKED")
+	rel0 := k.put("mail", 9, 0, 60, "released without a delay, then buried")
+	k.reserve(rel0)
+	k.cmd(fmt.Sprintf("release %d 2 0", rel0), "RELEASED") // not logged by C
+	k.bury(rel0, 2)
+
+	// The TTR and the delay of one second run out: waited for, not slept
+	// for, so that a loaded machine cannot outrun C's timers.
+	for statsJob(t, k.c, timedOut)["state"] != "ready" || statsJob(t, k.c, ranOut)["state"] != "ready" {
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("C's TTR and delay of one second did not run out in 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	k.bury(timedOut, 2)
+	k.del(k.put("default", 0, 0, 60, "the highest id, deleted"))
+
+	b := cBinlog{live: map[uint64]cJob{}, deleted: k.deleted, maxID: k.id, held: held}
+	for id := uint64(1); id <= k.id; id++ {
+		mustSend(t, k.c, fmt.Sprintf("peek %d\r\n", id))
+		line := readLine(t, k.c)
 		if line == "NOT_FOUND" {
 			continue
 		}
 		var n int
 		fmt.Sscanf(line, "FOUND %d %d", new(uint64), &n)
-		body := readN(t, c, n+2, defaultTimeout)
-		live[x] = upstreamJob{stats: statsJob(t, c, x), body: body}
+		body := readN(t, k.c, n+2, defaultTimeout)
+		b.live[id] = cJob{stats: statsJob(t, k.c, id), body: body}
+	}
+	st := stats(t, k.c)
+	if st["binlog-records-migrated"] == "0" || st["binlog-oldest-index"] == st["binlog-current-index"] {
+		t.Fatalf("C neither compacted nor kept several files: %v", st)
+	}
+	if b.live[timedOut].stats["timeouts"] != "1" || b.live[held].stats["state"] != "reserved" {
+		t.Fatalf("the scenario did not go as planned: %v, %v", b.live[timedOut].stats, b.live[held].stats)
 	}
 	if err := s.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	<-s.exited
-	return live, deleted, id
+	b.stopped = time.Now()
+	return b
 }
 
-// checkImported compares beanpole's view of every job with C's.
-func checkImported(t *testing.T, c *conn, live map[uint64]upstreamJob, deleted []uint64, maxID uint64, sinceC time.Duration) {
+// check compares beanpole's view of every job with what C reported.
+func (b cBinlog) check(t *testing.T, c *conn) {
 	t.Helper()
-	for id, want := range live {
+	since := int(time.Since(b.stopped)/time.Second) + 2
+	for id, want := range b.live {
 		got := statsJob(t, c, id)
 		state := want.stats["state"]
 		if state == "reserved" {
-			state = "ready" // as upstream restarts it
+			state = "ready" // as C restarts it
 		}
 		if got["state"] != state {
 			t.Errorf("job %d: state %s, C had %s", id, got["state"], want.stats["state"])
 		}
-		keys := []string{"tube", "pri", "delay", "ttr", "timeouts", "releases", "buries", "kicks"}
-		if want.stats["state"] != "reserved" {
-			keys = append(keys, "reserves") // a reservation is not logged by C
-		}
-		for _, k := range keys {
-			if strings.Trim(got[k], `"`) != strings.Trim(want.stats[k], `"`) {
+		for _, k := range []string{"tube", "pri", "delay", "ttr", "timeouts", "releases", "buries", "kicks"} {
+			if unquote(got[k]) != unquote(want.stats[k]) {
 				t.Errorf("job %d: %s %s, C had %s", id, k, got[k], want.stats[k])
 			}
 		}
-		age, _ := strconv.Atoi(got["age"])
-		cAge, _ := strconv.Atoi(want.stats["age"])
-		if slack := int(sinceC/time.Second) + 2; age < cAge || age > cAge+slack {
-			t.Errorf("job %d: age %d, C had %d (%v ago)", id, age, cAge, sinceC)
+		// C does not log a reservation: the job held when it stopped may
+		// have one less, unless compaction moved it while reserved.
+		if r, cr := atoi(t, got["reserves"]), atoi(t, want.stats["reserves"]); r != cr && (id != b.held || r != cr-1) {
+			t.Errorf("job %d: reserves %d, C had %d", id, r, cr)
+		}
+		if age, cAge := atoi(t, got["age"]), atoi(t, want.stats["age"]); age < cAge || age > cAge+since {
+			t.Errorf("job %d: age %d, C had %d", id, age, cAge)
 		}
 		if state == "delayed" {
-			left, _ := strconv.Atoi(got["time-left"])
-			cLeft, _ := strconv.Atoi(want.stats["time-left"])
-			if left > cLeft || left < cLeft-int(sinceC/time.Second)-2 {
+			if left, cLeft := atoi(t, got["time-left"]), atoi(t, want.stats["time-left"]); left > cLeft || left < cLeft-since {
 				t.Errorf("job %d: time-left %d, C had %d", id, left, cLeft)
 			}
 		}
 		mustSend(t, c, fmt.Sprintf("peek %d\r\n", id))
 		expect(t, c, fmt.Sprintf("FOUND %d %d\r\n%s", id, len(want.body)-2, want.body))
 	}
-	for _, id := range deleted {
+	for _, id := range b.deleted {
 		mustSend(t, c, fmt.Sprintf("peek %d\r\n", id))
 		expect(t, c, "NOT_FOUND\r\n")
 	}
-	// Buried jobs come out of a kick in the order C buried them.
+	// Buried jobs come back in the order C buried them.
 	mustSend(t, c, "use mail\r\npeek-buried\r\n")
 	expect(t, c, "USING mail\r\n")
-	if line := readLine(t, c); !strings.HasPrefix(line, "FOUND ") {
-		t.Fatalf("peek-buried in mail: %s", show(line))
-	} else {
-		var first uint64
-		fmt.Sscanf(line, "FOUND %d", &first)
-		readLine(t, c)
-		if live[first].body != "buried first\r\n" {
-			t.Errorf("the first buried job in mail is %d (%q)", first, live[first].body)
-		}
+	line := readLine(t, c)
+	readLine(t, c)
+	var first uint64
+	if _, err := fmt.Sscanf(line, "FOUND %d", &first); err != nil || b.live[first].body != "buried first\r\n" {
+		t.Errorf("peek-buried in mail: %s (%q), want the job buried first", show(line), b.live[first].body)
 	}
-	// Ids go on after the highest C handed out, deleted or not.
-	put(t, c, 0, 0, 60, "after the import", maxID+1)
 }
 
-func TestImportUpstreamBinlog(t *testing.T) {
+// counts is the dry run's line of totals for the live jobs.
+func (b cBinlog) counts() string {
+	n := map[string]int{}
+	for _, j := range b.live {
+		n[strings.Replace(j.stats["state"], "reserved", "ready", 1)]++
+	}
+	return fmt.Sprintf("%d jobs to carry over: %d ready, %d delayed, %d buried; ids up to %d, the next job gets %d",
+		len(b.live), n["ready"], n["delayed"], n["buried"], b.maxID, b.maxID+1)
+}
+
+func binlogFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "binlog.*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+func runBeanpole(t *testing.T, env string, args ...string) (string, int) {
+	t.Helper()
+	cmd := serverCommand(args...)
+	if env != "" {
+		cmd.Env = append(cmd.Env, env)
+	}
+	out, _ := cmd.CombinedOutput()
+	expectNoRace(t, cmd, string(out))
+	return string(out), cmd.ProcessState.ExitCode()
+}
+
+// Stopped by SIGTERM or by kill -9, C's binlog is carried over whole: the
+// dry run says what will be, changing nothing; beanpole import, or the
+// server's start, imports it and every job is as C had it; ids go on after
+// C's highest; a restart reads beanpole's own log and imports nothing
+// twice.
+func TestImportFromBeanstalkd(t *testing.T) {
 	skipUnlessBeanpole(t, "the import of an upstream binlog is beanpole's")
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			live, deleted, maxID := makeUpstreamBinlog(t, dir, sig)
-			stopped := time.Now()
-			files, _ := filepath.Glob(filepath.Join(dir, "binlog.*"))
-			if len(files) < 3 {
-				t.Fatalf("C left %d binlog files, want several (rotation)", len(files))
+			b := makeCBinlog(t, dir, sig)
+			files := binlogFiles(t, dir)
+
+			out, code := runBeanpole(t, "", "import", "-b", dir, "--dry-run")
+			if code != 0 || !strings.Contains(out, b.counts()) || !strings.Contains(out, "dry run: nothing changed") ||
+				!strings.Contains(out, `tube "mail": 3 ready, 0 delayed, 3 buried`) || strings.Contains(out, "damage") {
+				t.Fatalf("dry run (exit %d), want %q:\n%s", code, b.counts(), out)
 			}
-			out, err := exec.Command(target.bin, "import", "-b", dir, "--dry-run").CombinedOutput()
-			if err != nil || !strings.Contains(string(out), fmt.Sprintf("%d jobs to carry over", len(live))) ||
-				!strings.Contains(string(out), `tube "mail": 2 ready, 0 delayed, 2 buried`) {
-				t.Fatalf("dry run: %v\n%s", err, out)
-			}
-			if after, _ := filepath.Glob(filepath.Join(dir, "binlog.*")); len(after) != len(files) {
-				t.Fatalf("the dry run changed the directory: %d files, then %d", len(files), len(after))
+			if after := binlogFiles(t, dir); len(after) != len(files) {
+				t.Fatalf("the dry run changed the directory: %v, then %v", files, after)
 			}
 
+			// Once by beanpole import, once by the server's start.
+			if sig == syscall.SIGTERM {
+				out, code := runBeanpole(t, "", "import", "-b", dir)
+				if code != 0 || !strings.Contains(out, b.counts()) || !strings.Contains(out, "imported; beanstalkd's files are in") {
+					t.Fatalf("beanpole import (exit %d):\n%s", code, out)
+				}
+			}
 			s := startServer(t, "-b", dir)
-			checkImported(t, s.dial(t), live, deleted, maxID, time.Since(stopped))
-			moved, _ := filepath.Glob(filepath.Join(dir, "beanstalkd-import", "binlog.*"))
-			if len(moved) != len(files) {
-				t.Errorf("%d upstream files in beanstalkd-import/, want %d", len(moved), len(files))
+			c := s.dial(t)
+			b.check(t, c)
+			put(t, c, 0, 0, 60, "after the import", b.maxID+1)
+			if moved := binlogFiles(t, filepath.Join(dir, "beanstalkd-import")); len(moved) != len(files) {
+				t.Errorf("beanstalkd-import/ holds %v, want the %d files C left", moved, len(files))
 			}
 			s.signal(t, syscall.SIGTERM)
 			<-s.exited
 
-			// A second start reads beanpole's own log: nothing twice.
 			s = startServer(t, "-b", dir)
-			c := s.dial(t)
+			c = s.dial(t)
+			b.check(t, c)
 			st := stats(t, c)
-			if want := strconv.Itoa(len(live) + 1); st["current-jobs-ready"]+st["current-jobs-buried"]+st["current-jobs-delayed"] == "" ||
-				atoi(t, st["current-jobs-ready"])+atoi(t, st["current-jobs-buried"])+atoi(t, st["current-jobs-delayed"]) != len(live)+1 {
-				t.Fatalf("after a restart: %s ready, %s buried, %s delayed; want %s jobs in all",
-					st["current-jobs-ready"], st["current-jobs-buried"], st["current-jobs-delayed"], want)
+			if n := atoi(t, st["current-jobs-ready"]) + atoi(t, st["current-jobs-delayed"]) + atoi(t, st["current-jobs-buried"]); n != len(b.live)+1 {
+				t.Errorf("after a restart %d jobs, want %d", n, len(b.live)+1)
 			}
+			put(t, c, 0, 0, 60, "after a restart", b.maxID+2)
 		})
 	}
 }
@@ -234,31 +320,127 @@ func atoi(t *testing.T, s string) int {
 	return n
 }
 
-// Killed at each step of the import, the next start finishes it: every
-// job once, the upstream files moved, nothing left of the staging.
-func TestImportSurvivesACrashAtEveryStep(t *testing.T) {
+// Killed just after each step of the import (the server, or beanpole
+// import), the next run finishes it: every job once, the upstream files
+// aside, nothing left of the staging.
+func TestImportFinishesAfterACrashAtEachStep(t *testing.T) {
 	skipUnlessBeanpole(t, "the import of an upstream binlog is beanpole's")
-	dir := t.TempDir()
-	live, deleted, maxID := makeUpstreamBinlog(t, dir, syscall.SIGKILL)
-	stopped := time.Now()
-	for _, step := range []string{"staged", "marked", "archived"} {
+	src := t.TempDir()
+	b := makeCBinlog(t, src, syscall.SIGKILL)
+	for _, step := range []string{"writing", "staged", "marked", "archiving", "archived", "installing", "installed", "marked by beanpole import"} {
 		t.Run(step, func(t *testing.T) {
-			d := filepath.Join(t.TempDir(), "binlog")
-			if out, err := exec.Command("cp", "-a", dir, d).CombinedOutput(); err != nil {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), "binlog")
+			if out, err := exec.Command("cp", "-a", src, dir).CombinedOutput(); err != nil {
 				t.Fatalf("cp: %v %s", err, out)
 			}
-			port, _ := freePort()
-			cmd := serverCommand("-l", "127.0.0.1", "-p", strconv.Itoa(port), "-b", d)
-			cmd.Env = append(cmd.Env, "BEANPOLE_IMPORT_CRASH_AFTER="+step)
-			out, _ := cmd.CombinedOutput()
-			if code := cmd.ProcessState.ExitCode(); code != 70 {
-				t.Fatalf("the import did not stop after %s: exit %d\n%s", step, code, out)
+			crash := "BEANPOLE_IMPORT_CRASH_AFTER=" + strings.Fields(step)[0]
+			if strings.HasSuffix(step, "beanpole import") {
+				if out, code := runBeanpole(t, crash, "import", "-b", dir); code != 70 {
+					t.Fatalf("beanpole import did not stop after %s: exit %d\n%s", step, code, out)
+				}
+				if out, code := runBeanpole(t, "", "import", "-b", dir); code != 0 || !strings.Contains(out, "finished an import that a crash had interrupted") {
+					t.Fatalf("beanpole import after the crash: exit %d\n%s", code, out)
+				}
+			} else {
+				port, _ := freePort()
+				if out, code := runBeanpole(t, crash, "-l", "127.0.0.1", "-p", strconv.Itoa(port), "-b", dir); code != 70 {
+					t.Fatalf("the import did not stop after %s: exit %d\n%s", step, code, out)
+				}
 			}
-			s := startServer(t, "-b", d)
-			checkImported(t, s.dial(t), live, deleted, maxID, time.Since(stopped))
-			if _, err := os.Stat(filepath.Join(d, ".beanstalkd-import.tmp")); !os.IsNotExist(err) {
+			s := startServer(t, "-b", dir)
+			b.check(t, s.dial(t))
+			if _, err := os.Stat(filepath.Join(dir, ".beanstalkd-import.tmp")); !os.IsNotExist(err) {
 				t.Errorf("the staging directory is still there: %v", err)
+			}
+			if left := binlogFiles(t, filepath.Join(dir, "beanstalkd-import")); len(left) != len(binlogFiles(t, src)) {
+				t.Errorf("beanstalkd-import/ holds %d files, want %d", len(left), len(binlogFiles(t, src)))
 			}
 		})
 	}
+}
+
+// A record damaged in the middle of C's binlog makes beanpole refuse to
+// start, naming the file, the offset and the jobs, and change nothing;
+// the dry run shows it; beanpole import --accept-damage imports what C
+// itself would have read. A record torn at the end of a file is left out
+// with a warning and the server starts.
+func TestImportDamagedBinlog(t *testing.T) {
+	skipUnlessBeanpole(t, "the import of an upstream binlog is beanpole's")
+	if _, err := os.Stat(referenceBin); err != nil {
+		t.Skipf("C beanstalkd not installed: %v", err)
+	}
+	src := t.TempDir()
+	s, err := startProcRetry(referenceBin, "tcp", "", []string{"-b", src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop()
+	k := &cClient{t: t, c: s.dial(t)}
+	bodies := []string{"first", "second", "third", "fourth"}
+	for _, body := range bodies {
+		k.put("t", 0, 0, 60, body)
+	}
+	s.signal(t, syscall.SIGTERM)
+	<-s.exited
+	// binlog.1: the version, then one record a put: namelen, "t", the
+	// 80-byte job struct, the body and its CRLF.
+	second := 4 + (4 + 1 + 80 + len(bodies[0]) + 2)
+	last := second + 2*(4+1+80) + len(bodies[1]) + 2 + len(bodies[2]) + 2
+	damage := func(t *testing.T, at int, b []byte) string {
+		dir := filepath.Join(t.TempDir(), "binlog")
+		if out, err := exec.Command("cp", "-a", src, dir).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v %s", err, out)
+		}
+		path := filepath.Join(dir, "binlog.1")
+		if err := os.Chmod(path, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteAt(b, int64(at)); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+
+	t.Run("in the middle", func(t *testing.T) {
+		dir := damage(t, second, binary.LittleEndian.AppendUint32(nil, 0x7f7f7f7f))
+		port, _ := freePort()
+		out, code := runBeanpole(t, "", "-l", "127.0.0.1", "-p", strconv.Itoa(port), "-b", dir)
+		where := fmt.Sprintf("binlog.1 at offset %d: tube name length 2139062143 out of range", second)
+		if code != 1 || !strings.Contains(out, where) || !strings.Contains(out, "changes there to jobs 3, 4 are lost") ||
+			!strings.Contains(out, "--accept-damage") {
+			t.Fatalf("exit %d, want 1 and %q:\n%s", code, where, out)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "beanstalkd-import")); !os.IsNotExist(err) || len(binlogFiles(t, dir)) == 0 {
+			t.Fatalf("a refused import changed the directory (%v)", err)
+		}
+		out, code = runBeanpole(t, "", "import", "-b", dir, "--dry-run")
+		if code != 0 || !strings.Contains(out, "damage: ") || !strings.Contains(out, where) || !strings.Contains(out, "would refuse") {
+			t.Fatalf("dry run: exit %d\n%s", code, out)
+		}
+		if out, code = runBeanpole(t, "", "import", "-b", dir, "--accept-damage"); code != 0 || !strings.Contains(out, "1 jobs to carry over") {
+			t.Fatalf("--accept-damage: exit %d\n%s", code, out)
+		}
+		srv := startServer(t, "-b", dir)
+		c := srv.dial(t)
+		mustSend(t, c, "peek 1\r\npeek 2\r\n")
+		expect(t, c, "FOUND 1 5\r\nfirst\r\nNOT_FOUND\r\n")
+		put(t, c, 0, 0, 60, "never id 3 or 4 again", 5)
+	})
+
+	t.Run("torn tail", func(t *testing.T) {
+		dir := damage(t, last+4+1+80+len(bodies[3]), []byte{0, 0}) // the last CRLF
+		srv := startServer(t, "-b", dir)
+		c := srv.dial(t)
+		mustSend(t, c, "peek 3\r\npeek 4\r\n")
+		expect(t, c, "FOUND 3 5\r\nthird\r\nNOT_FOUND\r\n")
+		if out := srv.out.String(); !strings.Contains(out, "torn tail") || !strings.Contains(out, "job 4 is lost") {
+			t.Errorf("no warning of the torn tail:\n%s", out)
+		}
+	})
 }

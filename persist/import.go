@@ -1,318 +1,163 @@
 package persist
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"runtime/debug"
-	"sort"
-	"strings"
+
+	"github.com/rs/zerolog"
 )
 
-// Importing an upstream binlog.
+// Importing upstream beanstalkd's binlog.
 //
-// When the directory holds upstream beanstalkd's binlog.N files and no log
-// of beanpole's, Open carries every live job over into a log of its own
-// (same id, tube, priority, state, delay, TTR, times, counters and body;
-// reserved jobs come back ready, as upstream would restart them) and moves
-// the upstream files into DIR/beanstalkd-import/, which it never reads
-// again: moving them back there is the way back to beanstalkd.
+// When DIR holds upstream's binlog.N files and no log of beanpole's, Open
+// carries every live job over into a log of its own (id, tube, priority,
+// state, delay, TTR, times, counters and body; reserved jobs come back
+// ready, as upstream restarts them) and moves upstream's files into
+// DIR/beanstalkd-import/, which it never reads again: moving them back is
+// the way back to beanstalkd. The reading is package upstream's; the
+// writing is the log's own Put.
 //
-// Both logs name their files binlog.N, so the new log is written apart
-// and swapped in by renames, each step safe to repeat after a crash:
+// Both logs name their files binlog.N, so the new log is written apart and
+// swapped in by renames, and every step can be repeated after a crash:
 //
-//  1. write the new log in DIR/.beanstalkd-import.tmp/ (any such directory
-//     without the marker of step 2 is a crashed attempt: removed first),
-//     and wait until its last record is fsynced;
-//  2. create the marker file "complete" there and fsync it: the import is
-//     decided;
-//  3. move every upstream file from DIR into DIR/beanstalkd-import/;
-//  4. move the new log's files into DIR;
-//  5. remove DIR/.beanstalkd-import.tmp/.
+//  1. write the new log in DIR/.beanstalkd-import.tmp/ and wait until all
+//     of it, directory entries included, is durable (a staging directory
+//     without the marker of step 2 is a crashed attempt: removed first);
+//  2. create the marker file "complete" there and fsync it: from here on
+//     the new log is the one that counts;
+//  3. move upstream's files from DIR into DIR/beanstalkd-import/;
+//  4. move the new log's files into DIR, binlog.1 first;
+//  5. remove the staging directory, its marker last.
 //
-// Open finishes steps 3-5 whenever it finds the marker, before it reads
-// DIR. A crash before step 2 leaves the upstream files where they were
-// (the import runs again); after it, the new log is complete and only
-// moves remain. No job is ever in both logs where Open reads.
+// Open finishes steps 3 to 5 whenever it finds the marker, before it reads
+// DIR. A crash before step 2 leaves DIR as it was (the import runs again);
+// after it only renames remain. DIR never holds both logs at once, so no
+// job is ever read twice.
 const (
 	importStaging = ".beanstalkd-import.tmp"
 	importMarker  = "complete"
 	importArchive = "beanstalkd-import"
 )
 
-// importMaxBody bounds a body read from an upstream record: upstream's
-// own largest -z.
-const importMaxBody = 1 << 30
-
-// importBatch is how many bytes of records the import queues before it
-// waits for them to reach the disk.
-const importBatch = 64 << 20
-
-// importUpstream runs the import when DIR holds upstream files, or
-// finishes one that a crash interrupted. Open calls it under the lock.
-func (l *Log) importUpstream() error {
-	dir, fsys := l.opts.Dir, l.opts.FS
+// importUpstream imports the upstream binlog in opts.Dir, or finishes an
+// import a crash interrupted; it returns nil and no error when there is
+// nothing to import. Damage other than a torn tail is refused unless
+// acceptDamage. The caller holds the directory's lock.
+func importUpstream(opts Options, log zerolog.Logger, acceptDamage bool) (*ImportReport, error) {
+	dir, fsys := opts.Dir, opts.FS
 	staging := join(dir, importStaging)
-	if _, err := os.Stat(join(staging, importMarker)); err == nil {
-		l.log.Warn().Msg("binlog: finishing an import of upstream beanstalkd's binlog that was interrupted")
-		return l.finishImport()
+	if exists(join(staging, importMarker)) {
+		log.Warn().Msg("binlog: finishing an import of upstream beanstalkd's binlog that a crash interrupted")
+		if err := finishImport(fsys, dir, log); err != nil {
+			return nil, err
+		}
+		return &ImportReport{Dir: dir, Interrupted: true}, nil
 	}
-	if err := os.RemoveAll(staging); err != nil {
-		return fmt.Errorf("binlog import: %w", err)
+	if exists(staging) {
+		log.Warn().Msg("binlog: an import of upstream beanstalkd's binlog was interrupted before it was complete; it starts again")
+		if err := os.RemoveAll(staging); err != nil {
+			return nil, importErr(err)
+		}
 	}
-	up, err := upstreamSegments(fsys, dir)
-	if err != nil || len(up) == 0 {
-		return err
+	files, err := classify(fsys, dir)
+	if err != nil || len(files.up) == 0 {
+		return nil, err
 	}
-	u, err := readUpstream(fsys, dir, up, importMaxBody)
+	set := files.foreign()
+	if err := checkArchive(dir, set); err != nil {
+		return nil, err
+	}
+	rp, err := readUpstream(fsys, dir, set)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for _, p := range u.problems {
-		l.log.Error().Str("problem", p).Msg("binlog import: damage in upstream beanstalkd's binlog; the import carries over what could be read")
+	jobs := rp.Jobs()
+	rep := newImportReport(dir, rp, jobs)
+	if bad := rep.Refused(); len(bad) > 0 && !acceptDamage {
+		return rep, &damageError{dir: dir, damage: bad}
 	}
-	jobs := u.live()
-	if err := l.writeStaged(staging, jobs, u.maxID); err != nil {
+	for _, d := range rep.Damage {
+		if d.TornTail {
+			log.Warn().Str("damage", d.String()).Msg("binlog import: torn tail in upstream beanstalkd's binlog")
+		} else {
+			log.Error().Str("damage", d.String()).Uints64("jobs", d.Lost()).Msg("binlog import: damage in upstream beanstalkd's binlog accepted; importing what can be read")
+		}
+	}
+	if err := writeStaged(opts, log, staging, jobs, rp.MaxID()); err != nil {
 		_ = os.RemoveAll(staging)
-		return err
+		return nil, err
 	}
 	crashPoint("staged")
 	if err := writeMarker(fsys, staging); err != nil {
-		return err
+		return nil, err
 	}
 	crashPoint("marked")
-	l.log.Info().Int("files", len(up)).Int("jobs", len(jobs)).Uint64("max_id", u.maxID).
-		Str("summary", Summarize(jobs)).Msg("binlog: imported upstream beanstalkd's binlog; its files go to " + importArchive + "/")
-	if err := l.finishImport(); err != nil {
-		return err
+	logImport(log, rep)
+	if err := finishImport(fsys, dir, log); err != nil {
+		return nil, err
 	}
-	// Recovery reads every body again from the new log: collect the
-	// upstream copies (dead from here) first, so that the peak is one copy
-	// of the jobs, not two.
-	debug.FreeOSMemory()
-	return nil
+	return rep, nil
 }
 
-// upstreamSegments lists the binlog.N files of dir that are upstream's,
-// refusing a directory that mixes them with beanpole's.
-func upstreamSegments(fsys FS, dir string) ([]uint64, error) {
-	seqs, err := listSegments(fsys, dir)
-	if err != nil {
-		return nil, fmt.Errorf("binlog import: %w", err)
+// logImport says at info level what was carried over.
+func logImport(log zerolog.Logger, r *ImportReport) {
+	log.Info().Int("files", r.Files).Int("records", r.Records).Int("jobs", r.Jobs).Uint64("max_id", r.MaxID).
+		Msg("binlog: imported upstream beanstalkd's binlog")
+	for _, t := range r.Tubes {
+		log.Info().Str("tube", t.Tube).Int("ready", t.Ready).Int("delayed", t.Delayed).Int("buried", t.Buried).
+			Msg("binlog: imported tube")
 	}
-	var up []uint64
-	ours := ""
-	for _, seq := range seqs {
-		st, err := segHeaderOf(fsys, join(dir, segName(seq)))
-		if err != nil {
-			return nil, fmt.Errorf("binlog import: %w", err)
-		}
-		switch st {
-		case hdrUpstream:
-			up = append(up, seq)
-		case hdrOK:
-			ours = segName(seq)
-		}
-	}
-	if len(up) > 0 && ours != "" {
-		return nil, fmt.Errorf("%w: %s holds both upstream beanstalkd's binlog (%s) and beanpole's (%s); move one of them elsewhere",
-			ErrFormat, dir, segName(up[0]), ours)
-	}
-	return up, nil
 }
 
-// segHeaderOf classifies a segment file by its first bytes.
-func segHeaderOf(fsys FS, path string) (headerStatus, error) {
-	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+// Import imports the upstream beanstalkd binlog in opts.Dir into a log of
+// beanpole's, as Open would, without going on to recover it (beanpole
+// import). It returns what was carried over, or nil if there was nothing
+// to import. Unless acceptDamage, damage other than a torn tail is
+// refused with an error for which errors.Is(err, ErrFormat) holds.
+func Import(opts Options, acceptDamage bool, log zerolog.Logger) (*ImportReport, error) {
+	if err := opts.normalize(); err != nil {
+		return nil, err
+	}
+	lockF, err := lockDir(opts.Dir)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer f.Close()
-	b := make([]byte, segHeaderSize)
-	n, err := f.ReadAt(b, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return 0, err
-	}
-	_, st := parseSegHeader(b[:n])
-	return st, nil
+	defer lockF.Close()
+	return importUpstream(opts, log, acceptDamage)
 }
 
-// writeStaged writes jobs and the id high-water mark as a fresh log in
-// staging and returns once all of it is fsynced.
-func (l *Log) writeStaged(staging string, jobs []*Job, maxID uint64) error {
-	if err := os.Mkdir(staging, 0o700); err != nil {
-		return fmt.Errorf("binlog import: %w", err)
+// PlanImport says what Import would carry over from dir, or nil if there
+// is nothing to import, and changes nothing (beanpole import --dry-run).
+func PlanImport(dir string) (*ImportReport, error) {
+	if exists(join(join(dir, importStaging), importMarker)) {
+		return &ImportReport{Dir: dir, Interrupted: true}, nil
 	}
-	sl, _, err := Open(Options{Dir: staging, WantSync: true, SyncEvery: 0, SegmentSize: l.opts.SegmentSize, FS: l.opts.FS},
-		l.log.With().Str("staging", staging).Logger())
+	files, err := classify(OSFS{}, dir)
+	if err != nil || len(files.up) == 0 {
+		return nil, err
+	}
+	rp, err := readUpstream(OSFS{}, dir, files.foreign())
 	if err != nil {
-		return fmt.Errorf("binlog import: %w", err)
+		return nil, err
 	}
-	// Records wait in the log's buffer until written: wait for the disk
-	// every importBatch bytes, so that the buffer never holds a second
-	// copy of every body.
-	done := make(chan error, 1)
-	ack := AckFunc(func(err error) { done <- err })
-	pending := 0
-	for _, j := range jobs {
-		pending += FullSize(j)
-		var a Ack
-		if pending >= importBatch {
-			a = ack
-		}
-		if err := sl.Put(j, a); err != nil {
-			sl.Close()
-			return fmt.Errorf("binlog import: job %d: %w", j.ID, err)
-		}
-		if a != nil {
-			if err := <-done; err != nil {
-				sl.Close()
-				return fmt.Errorf("binlog import: %w", err)
-			}
-			pending = 0
-		}
-	}
-	// Acks come in append order: the last one means everything is durable.
-	// An id mark keeps ids past every upstream job, deleted ones included.
-	mark := appendHighWater(nil, maxID)
-	if err := sl.place(mark, kindHighWater, maxID, ack); err != nil {
-		sl.Close()
-		return fmt.Errorf("binlog import: %w", err)
-	}
-	err = <-done
-	if cerr := sl.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("binlog import: %w", err)
-	}
-	return nil
+	rep := newImportReport(dir, rp, rp.Jobs())
+	rep.InUse = inUse(dir)
+	return rep, nil
 }
 
-func writeMarker(fsys FS, staging string) error {
-	f, err := fsys.OpenFile(join(staging, importMarker), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err == nil {
-		err = f.Sync()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err == nil {
-		err = fsys.SyncDir(staging)
-	}
-	if err != nil {
-		return fmt.Errorf("binlog import: %w", err)
-	}
-	return nil
-}
-
-// finishImport does steps 3-5; each is safe to repeat.
-func (l *Log) finishImport() error {
-	dir, fsys := l.opts.Dir, l.opts.FS
-	staging, archive := join(dir, importStaging), join(dir, importArchive)
-	wrap := func(err error) error { return fmt.Errorf("binlog import: %w", err) }
-	if err := os.MkdirAll(archive, 0o700); err != nil {
-		return wrap(err)
-	}
-	// Step 3 completes before step 4 begins, so DIR never holds both
-	// logs here.
-	up, err := upstreamSegments(fsys, dir)
-	if err != nil {
-		return err
-	}
-	for _, seq := range up {
-		to := join(archive, segName(seq))
-		if _, err := os.Stat(to); err == nil {
-			return fmt.Errorf("%w: %s already exists; move it away to import %s", ErrFormat, to, join(dir, segName(seq)))
-		}
-		if err := fsys.Rename(join(dir, segName(seq)), to); err != nil {
-			return wrap(err)
-		}
-	}
-	if err := fsys.SyncDir(archive); err != nil {
-		return wrap(err)
-	}
-	if err := fsys.SyncDir(dir); err != nil {
-		return wrap(err)
-	}
-	crashPoint("archived")
-	staged, err := listSegments(fsys, staging)
-	if err != nil {
-		return wrap(err)
-	}
-	for _, seq := range staged {
-		if err := fsys.Rename(join(staging, segName(seq)), join(dir, segName(seq))); err != nil {
-			return wrap(err)
-		}
-	}
-	if err := fsys.SyncDir(dir); err != nil {
-		return wrap(err)
-	}
-	if err := os.RemoveAll(staging); err != nil {
-		return wrap(err)
-	}
-	if err := fsys.SyncDir(dir); err != nil {
-		return wrap(err)
-	}
-	return nil
-}
-
-// crashPoint stops the process at once (exit 70, nothing cleaned up, as
-// kill -9 would) after the named step when BEANPOLE_IMPORT_CRASH_AFTER
-// names it: the crash tests of the import use it.
+// crashPoint stops the process at once, nothing cleaned up, as kill -9
+// would, just after the named step when BEANPOLE_IMPORT_CRASH_AFTER names
+// it. The import's crash tests use it; nothing else reads that variable.
 func crashPoint(step string) {
 	if os.Getenv("BEANPOLE_IMPORT_CRASH_AFTER") == step {
 		os.Exit(70)
 	}
 }
 
-// DescribeUpstream reads the upstream binlog in dir without changing
-// anything and says what an import would carry over.
-func DescribeUpstream(dir string) (string, error) {
-	up, err := upstreamSegments(OSFS{}, dir)
+// importErr marks an error as the import's; nil stays nil.
+func importErr(err error) error {
 	if err != nil {
-		return "", err
+		return fmt.Errorf("binlog import: %w", err)
 	}
-	if len(up) == 0 {
-		return fmt.Sprintf("%s holds no upstream beanstalkd binlog: nothing to import\n", dir), nil
-	}
-	u, err := readUpstream(OSFS{}, dir, up, importMaxBody)
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	jobs := u.live()
-	fmt.Fprintf(&b, "%d upstream binlog files, %d records: %d jobs to carry over, ids up to %d (the next id is %d)\n",
-		len(up), u.records, len(jobs), u.maxID, u.maxID+1)
-	b.WriteString(Summarize(jobs))
-	for _, p := range u.problems {
-		fmt.Fprintf(&b, "damage: %s\n", p)
-	}
-	return b.String(), nil
-}
-
-// Summarize counts jobs per tube and state, one tube a line.
-func Summarize(jobs []*Job) string {
-	type counts [StateBuried + 1]int
-	per := map[string]*counts{}
-	for _, j := range jobs {
-		c := per[j.Tube]
-		if c == nil {
-			c = &counts{}
-			per[j.Tube] = c
-		}
-		c[j.State]++
-	}
-	tubes := make([]string, 0, len(per))
-	for t := range per {
-		tubes = append(tubes, t)
-	}
-	sort.Strings(tubes)
-	var b strings.Builder
-	for _, t := range tubes {
-		c := per[t]
-		fmt.Fprintf(&b, "tube %q: %d ready, %d delayed, %d buried\n", t, c[StateReady], c[StateDelayed], c[StateBuried])
-	}
-	return b.String()
+	return nil
 }

@@ -98,7 +98,7 @@ func Open(opts Options, log zerolog.Logger) (*Log, *Recovered, error) {
 		writerDone:   make(chan struct{}),
 	}
 	l.cond.L = &l.mu
-	if err := l.importUpstream(); err != nil {
+	if _, err := importUpstream(opts, log, false); err != nil {
 		lockF.Close()
 		return nil, nil, err
 	}

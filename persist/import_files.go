@@ -1,0 +1,122 @@
+package persist
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+
+	"github.com/beanpole/beanpole/persist/upstream"
+)
+
+// binlogFiles sorts the binlog.N files of a directory by whose they are.
+type binlogFiles struct {
+	// up are upstream beanstalkd's (any version), blank those neither
+	// side's header claims (zeros, a few bytes, or garbage): beside
+	// upstream's files they are upstream's too, killed while
+	// preallocating or damaged.
+	up, blank []uint64
+	// ours is one of beanpole's segments, if the directory holds any.
+	ours string
+}
+
+// foreign are the files that are not beanpole's, in order: what the
+// import reads and then moves aside, when up is not empty.
+func (b binlogFiles) foreign() []uint64 {
+	return slices.Sorted(slices.Values(append(slices.Clone(b.up), b.blank...)))
+}
+
+// classify sorts dir's binlog.N files by their first bytes. It only
+// reads: the dry run uses it too.
+func classify(fsys FS, dir string) (binlogFiles, error) {
+	var b binlogFiles
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		return b, importErr(err)
+	}
+	for _, n := range names {
+		seq, ok := parseSegName(n)
+		if !ok {
+			continue
+		}
+		head, err := readHead(fsys, join(dir, n))
+		if err != nil {
+			return b, importErr(err)
+		}
+		switch {
+		case isUpstream(head):
+			b.up = append(b.up, seq)
+		case len(head) >= len(segMagic) && string(head[:len(segMagic)]) == segMagic:
+			b.ours = n
+		default:
+			b.blank = append(b.blank, seq)
+		}
+	}
+	slices.Sort(b.up)
+	slices.Sort(b.blank)
+	if len(b.up) > 0 && b.ours != "" {
+		return b, fmt.Errorf("%w: %s holds both upstream beanstalkd's binlog (%s) and beanpole's (%s); move one of them elsewhere",
+			ErrFormat, dir, segName(b.up[0]), b.ours)
+	}
+	return b, nil
+}
+
+func isUpstream(head []byte) bool {
+	_, ok := upstream.Version(head)
+	return ok
+}
+
+// readHead reads the first bytes of a file, as many as a header has.
+func readHead(fsys FS, path string) ([]byte, error) {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, segHeaderSize)
+	n, err := f.ReadAt(b, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return b[:n], nil
+}
+
+// readUpstream replays the upstream files seqs of dir, in order.
+func readUpstream(fsys FS, dir string, seqs []uint64) (*upstream.Replay, error) {
+	rp := upstream.NewReplay(dir)
+	for _, seq := range seqs {
+		f, err := fsys.OpenFile(join(dir, segName(seq)), os.O_RDONLY, 0)
+		if err != nil {
+			return nil, importErr(err)
+		}
+		size, err := f.Size()
+		if err == nil {
+			err = rp.ReadFile(seq, f, size)
+		}
+		f.Close()
+		if errors.Is(err, upstream.ErrVersion) {
+			return nil, fmt.Errorf("%w: %v", ErrFormat, err)
+		}
+		if err != nil {
+			return nil, importErr(err)
+		}
+	}
+	return rp, nil
+}
+
+// inUse reports whether a running server (beanstalkd or beanpole) holds
+// dir's lock. It creates nothing: no lock file, no lock to take.
+func inUse(dir string) bool {
+	f, err := os.OpenFile(join(dir, "lock"), os.O_WRONLY, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return lockFile(f) != nil
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}

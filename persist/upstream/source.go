@@ -1,0 +1,89 @@
+package upstream
+
+import (
+	"fmt"
+	"io"
+)
+
+// source gives the parser the bytes of one file.
+type source interface {
+	// at returns n bytes at off, fewer only where the file ends. The
+	// slice is valid until the next call.
+	at(off int64, n int) ([]byte, error)
+	size() int64
+}
+
+// windowSize is how much of a file a window reads at once: records are
+// read front to back, so most of them come from one read.
+const windowSize = 1 << 20
+
+// window reads a file through a buffer that it refills wherever the
+// parser asks. A body larger than the buffer is skipped, not read: only
+// its last two bytes are looked at.
+type window struct {
+	r    io.ReaderAt
+	n    int64
+	buf  []byte
+	base int64 // file offset of buf[0]
+}
+
+func newWindow(r io.ReaderAt, size int64) *window { return &window{r: r, n: size} }
+
+func (w *window) size() int64 { return w.n }
+
+func (w *window) at(off int64, n int) ([]byte, error) {
+	if off >= w.n {
+		return nil, nil
+	}
+	n = int(min(int64(n), w.n-off))
+	if off >= w.base && off+int64(n) <= w.base+int64(len(w.buf)) {
+		return w.buf[off-w.base:][:n], nil
+	}
+	c := int(min(int64(max(n, windowSize)), w.n-off))
+	if cap(w.buf) < c {
+		w.buf = make([]byte, c)
+	}
+	w.buf = w.buf[:c]
+	k, err := w.r.ReadAt(w.buf, off)
+	if k < c {
+		w.buf, w.base = w.buf[:0], 0
+		if err == nil || err == io.EOF {
+			err = fmt.Errorf("%d bytes where %d were expected at offset %d: the file shrank while it was read", k, c, off)
+		}
+		return nil, err
+	}
+	w.base = off
+	return w.buf[:n], nil
+}
+
+// memory is a source over bytes already read: the probe's, and tests'.
+type memory []byte
+
+func (m memory) size() int64 { return int64(len(m)) }
+
+func (m memory) at(off int64, n int) ([]byte, error) {
+	if off >= int64(len(m)) {
+		return nil, nil
+	}
+	return m[off:][:min(n, len(m)-int(off))], nil
+}
+
+// firstNonZero is the offset of the first byte at or after from that is
+// not zero, or -1 if there is none.
+func firstNonZero(src source, from int64) (int64, error) {
+	for off := from; off < src.size(); {
+		b, err := src.at(off, windowSize)
+		if err != nil {
+			return 0, err
+		}
+		if !allZero(b) {
+			for i, c := range b {
+				if c != 0 {
+					return off + int64(i), nil
+				}
+			}
+		}
+		off += int64(len(b))
+	}
+	return -1, nil
+}
