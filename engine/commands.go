@@ -286,8 +286,10 @@ func (c *Client) kickLocked(t *Tube, j *Job) error {
 // Kick kicks up to n jobs in the used tube: buried ones if there are any
 // (oldest first), otherwise delayed ones (soonest first). It stops early
 // if the binlog refuses a record; err is that refusal.
-func (c *Client) Kick(n uint32) (k uint32, err error) {
-	t := c.use
+func (c *Client) Kick(n uint32) (k uint32, err error) { return c.kickIn(c.use, n) }
+
+// kickIn is Kick in tube t.
+func (c *Client) kickIn(t *Tube, n uint32) (k uint32, err error) {
 	var cl claims
 	t.mu.Lock()
 	if t.buried.head != nil {

@@ -1,0 +1,169 @@
+package engine
+
+import (
+	"slices"
+	"time"
+
+	"github.com/beanpole/beanpole/persist"
+)
+
+// JobView is what the dashboard shows of a job: stats-job's figures and
+// the start of the body.
+type JobView struct {
+	ID       uint64
+	Tube     string
+	State    State
+	Pri      uint32
+	Age      time.Duration
+	TimeLeft time.Duration // reserved and delayed jobs
+	Delay    time.Duration
+	TTR      time.Duration
+	Counters persist.Counters
+	Size     int    // body length, CRLF excluded
+	Head     []byte // the first bytes of the body (a copy), at most the limit asked for
+}
+
+// MaxBrowse bounds how deep a listing may go (skip + limit): walking a heap
+// in order costs O(k log k) under the tube's lock, so k stays small.
+const MaxBrowse = 100_000
+
+// view fills a JobView. Caller holds j's tube lock.
+func (e *Engine) view(j *Job, now int64, head int) JobView {
+	body := j.Body[:len(j.Body)-2]
+	v := JobView{ID: j.ID, Tube: j.Tube.Name, State: j.state, Pri: j.Pri,
+		Age:   time.Duration(max(e.baseWall+now-j.createdAt, 0)),
+		Delay: time.Duration(j.delay) * time.Second, TTR: time.Duration(j.ttrNs()),
+		Counters: j.counters(),
+		Size:     len(body), Head: slices.Clone(body[:min(len(body), head)])}
+	if j.state == Reserved || j.state == Delayed {
+		v.TimeLeft = time.Duration(max(j.deadline-now, 0))
+	}
+	return v
+}
+
+// Job is a view of job id, with at most head bytes of its body.
+func (e *Engine) Job(id uint64, head int) (JobView, bool) {
+	j := e.lockJob(id)
+	if j == nil {
+		return JobView{}, false
+	}
+	v := e.view(j, e.mono(), head)
+	j.Tube.mu.Unlock()
+	return v, true
+}
+
+// Browse lists the jobs of the named tube in state s (Ready, Delayed or
+// Buried) in the order the protocol serves them: ready by priority then
+// id, delayed soonest first, buried oldest first. It skips the first skip
+// and returns at most limit, each with at most head bytes of body; total
+// is how many jobs are in that state. skip+limit is capped at MaxBrowse.
+// ok is false when the tube does not exist.
+func (e *Engine) Browse(tube string, s State, skip, limit, head int) (jobs []JobView, total int, ok bool) {
+	t := e.reg.lookup([]byte(tube))
+	if t == nil {
+		return nil, 0, false
+	}
+	skip = min(max(skip, 0), MaxBrowse)
+	limit = min(max(limit, 0), MaxBrowse-skip)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := e.mono()
+	total = int(t.count[s])
+	add := func(j *Job) bool {
+		if skip > 0 {
+			skip--
+		} else {
+			jobs = append(jobs, e.view(j, now, head))
+		}
+		return len(jobs) < limit
+	}
+	if limit == 0 {
+		return nil, total, true
+	}
+	switch s {
+	case Ready:
+		t.ready.walk(add)
+	case Delayed:
+		t.delay.walk(add)
+	case Buried:
+		for j := t.buried.head; j != nil && add(j); j = j.next {
+		}
+	}
+	return jobs, total, true
+}
+
+// walk calls f on the heap's jobs in order until f returns false. It keeps
+// a frontier of slots (a small heap of its own): k jobs cost O(k log k),
+// whatever the heap's size.
+func (h *jobHeap) walk(f func(*Job) bool) {
+	if len(h.items) == 0 {
+		return
+	}
+	frontier := []int32{0}
+	less := func(a, b int32) bool { return h.less(h.items[a], h.items[b]) }
+	for len(frontier) > 0 {
+		i := frontier[0]
+		// Pop the least slot of the frontier.
+		last := len(frontier) - 1
+		frontier[0] = frontier[last]
+		frontier = frontier[:last]
+		siftDown(frontier, 0, less)
+		if !f(h.items[i]) {
+			return
+		}
+		for c := heapArity*int(i) + 1; c < min(heapArity*int(i)+1+heapArity, len(h.items)); c++ {
+			frontier = append(frontier, int32(c))
+			siftUp(frontier, len(frontier)-1, less)
+		}
+	}
+}
+
+func siftUp(h []int32, i int, less func(a, b int32) bool) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !less(h[i], h[p]) {
+			return
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func siftDown(h []int32, i int, less func(a, b int32) bool) {
+	for {
+		m := i
+		for _, c := range [2]int{2*i + 1, 2*i + 2} {
+			if c < len(h) && less(h[c], h[m]) {
+				m = c
+			}
+		}
+		if m == i {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}
+
+// OldestReady is the age of the tube's oldest ready job (by creation
+// time); 0 with none. It reads every ready job, under the tube's lock: a
+// tube of a million ready jobs takes milliseconds.
+func (e *Engine) OldestReady(tube []byte) (time.Duration, bool) {
+	t := e.reg.lookup(tube)
+	if t == nil {
+		return 0, false
+	}
+	t.mu.Lock()
+	oldest := int64(0)
+	for _, j := range t.ready.items {
+		if oldest == 0 || j.createdAt < oldest {
+			oldest = j.createdAt
+		}
+	}
+	now := e.mono()
+	t.mu.Unlock()
+	if oldest == 0 {
+		return 0, true
+	}
+	return time.Duration(max(e.baseWall+now-oldest, 0)), true
+}

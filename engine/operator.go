@@ -1,0 +1,291 @@
+package engine
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/beanpole/beanpole/persist"
+)
+
+// Operator makes the changes an operator asks for outside the protocol
+// (the dashboard's actions). Each is one engine step under the locks a
+// protocol command would take, its records go through the journal exactly
+// like a command's, and it returns once they are as durable as the -f
+// flags promise, or with the error that says they never will be. Actions
+// run one at a time.
+//
+// The operator is a client of its own on the timers' shard: it is not a
+// connection (no current-connections, no tube used or watched), and its
+// changes are not counted as commands (cmd-delete, cmd-kick, ...).
+type Operator struct {
+	mu   sync.Mutex
+	c    *Client
+	woke operatorWaker
+}
+
+// Errors of the operator's actions besides the journal's. Nothing changed.
+var (
+	ErrNoTube   = errors.New("no such tube")
+	ErrNoJob    = errors.New("no such job")
+	ErrReserved = errors.New("the job is reserved by a worker")
+	ErrSameTube = errors.New("the job is in that tube already")
+	ErrBadState = errors.New("the job is not in a state this action applies to")
+)
+
+type operatorWaker chan struct{}
+
+func (w operatorWaker) Wake(*Client) {
+	select {
+	case w <- struct{}{}:
+	default:
+	}
+}
+
+// NewOperator makes the engine's operator; one is enough.
+func (e *Engine) NewOperator() *Operator {
+	w := make(operatorWaker, 1)
+	c := &Client{e: e, waker: w}
+	if e.jl != nil {
+		c.journalState = &journalState{}
+		c.wakeAt.Store(noWake)
+	}
+	return &Operator{c: c, woke: w}
+}
+
+// do runs change and waits until the records it appended are durable.
+func (o *Operator) do(change func(c *Client) error) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c := o.c
+	if c.journalState == nil {
+		return change(c)
+	}
+	before := c.appended.Load()
+	err := change(c)
+	if n := c.appended.Load(); n > before && c.WakeWhenAcked(n) {
+		// A wake left over from an earlier action may come first: wait
+		// until the acks are really there.
+		for _, acked, _ := c.Durability(); acked < n; _, acked, _ = c.Durability() {
+			<-o.woke
+		}
+	}
+	if _, _, failed := c.Durability(); failed > before && err == nil {
+		err = ErrLogFailed
+	}
+	return err
+}
+
+// Kick kicks up to n jobs of the named tube, as kick does in the used
+// tube: buried ones if there are any, else delayed ones.
+func (o *Operator) Kick(tube string, n uint32) (k uint32, err error) {
+	err = o.do(func(c *Client) error {
+		t := c.e.reg.lookup([]byte(tube))
+		if t == nil {
+			return ErrNoTube
+		}
+		k, err = c.kickIn(t, n)
+		return err
+	})
+	return k, err
+}
+
+// KickJob makes one buried or delayed job ready.
+func (o *Operator) KickJob(id uint64) error {
+	return o.do(func(c *Client) error {
+		ok, err := c.KickJob(id)
+		if !ok && err == nil {
+			return whyNot(c.e, id)
+		}
+		return err
+	})
+}
+
+// Delete deletes one ready, delayed or buried job.
+func (o *Operator) Delete(id uint64) error {
+	return o.do(func(c *Client) error {
+		ok, err := c.Delete(id)
+		if !ok && err == nil {
+			return whyNot(c.e, id)
+		}
+		return err
+	})
+}
+
+// whyNot says why an action on job id found nothing to do.
+func whyNot(e *Engine, id uint64) error {
+	if j := e.lockJob(id); j != nil {
+		s := j.state
+		j.Tube.mu.Unlock()
+		if s == Reserved {
+			return ErrReserved
+		}
+		return ErrBadState
+	}
+	return ErrNoJob
+}
+
+// Pause pauses the named tube for d (0 unpauses it), as pause-tube.
+func (o *Operator) Pause(tube string, d time.Duration) error {
+	return o.do(func(c *Client) error {
+		if !c.e.PauseTube([]byte(tube), d) {
+			return ErrNoTube
+		}
+		return nil
+	})
+}
+
+// Flush deletes every job of the named tube in the given states (Ready,
+// Delayed, Buried; reserved jobs belong to their workers and stay) in one
+// step: no client sees the tube half flushed. It reports how many jobs
+// went. Should the journal refuse a record, the jobs before it are gone
+// and the rest stay.
+func (o *Operator) Flush(tube string, states ...State) (n int, err error) {
+	err = o.do(func(c *Client) error {
+		e := c.e
+		t := e.reg.lookup([]byte(tube))
+		if t == nil {
+			return ErrNoTube
+		}
+		var gone []*Job
+		var err error
+		t.mu.Lock()
+		for _, s := range states {
+			for err == nil {
+				j := t.last(s)
+				if j == nil {
+					break
+				}
+				if e.jl != nil {
+					if err = c.logged(e.jl.Delete(j.ID, c.ack())); err != nil {
+						break
+					}
+				}
+				t.remove(j, c.shard)
+				j.state = Deleted
+				t.jobs--
+				gone = append(gone, j)
+			}
+		}
+		empty := t.jobs == 0
+		t.mu.Unlock()
+		for _, j := range gone {
+			e.jobs.Delete(j.ID)
+			e.uncharge(c.shard, jobCost(j.Body))
+		}
+		if empty {
+			e.reg.maybeFree(t)
+		}
+		n = len(gone)
+		return err
+	})
+	return n, err
+}
+
+// last is the job of state s cheapest to take out of t: the last slot of
+// a heap (nothing to sift) or the tail of the buried list; nil if none.
+// Caller holds t.mu.
+func (t *Tube) last(s State) *Job {
+	switch s {
+	case Ready:
+		if n := len(t.ready.items); n > 0 {
+			return t.ready.items[n-1]
+		}
+	case Delayed:
+		if n := len(t.delay.items); n > 0 {
+			return t.delay.items[n-1]
+		}
+	case Buried:
+		return t.buried.tail
+	}
+	return nil
+}
+
+// Move moves a ready, delayed or buried job to the named tube (made if
+// need be), in one step: the job there is a new one, with a new id, the
+// same priority, TTR and body, ready, or delayed for the time the old one
+// had left; the old one is deleted. With a binlog the new job's record is
+// appended before the old one's delete, so a crash in between leaves the
+// job in both tubes, never in neither. It returns the new id.
+func (o *Operator) Move(id uint64, tube string) (newID uint64, err error) {
+	err = o.do(func(c *Client) error {
+		e := c.e
+		j := e.jobs.Get(id)
+		if j == nil {
+			return ErrNoJob
+		}
+		src := j.Tube // a job's tube never changes
+		if src.Name == tube {
+			return ErrSameTube
+		}
+		dst := e.reg.acquire(e, []byte(tube), true)
+		defer e.reg.release(dst, true)
+		var buf [2]*Tube
+		tubes := lockInOrder(append(buf[:0], src, dst))
+		unlock := func() {
+			for _, t := range tubes {
+				t.mu.Unlock()
+			}
+		}
+		switch j.state {
+		case Ready, Delayed, Buried:
+		case Reserved:
+			unlock()
+			return ErrReserved
+		default:
+			unlock()
+			return ErrNoJob
+		}
+		cost := jobCost(j.Body)
+		if !e.charge(c.shard, cost) {
+			unlock()
+			return ErrNoMemory
+		}
+		wall := time.Now()
+		now := int64(wall.Sub(e.base))
+		nj := &Job{ID: e.NextID(), Tube: dst, Body: j.Body, Pri: j.Pri, heapIndex: -1,
+			delay: j.delay, ttr: j.ttr, createdAt: wall.UnixNano()}
+		if j.state == Delayed {
+			nj.deadline = j.deadline
+		}
+		if e.jl != nil {
+			r := persist.Job{ID: nj.ID, Tube: dst.Name, Pri: nj.Pri, State: persist.StateReady,
+				Delay: time.Duration(nj.delay) * time.Second, TTR: time.Duration(nj.ttrNs()), CreatedAt: nj.createdAt, Body: nj.Body}
+			if nj.deadline != 0 {
+				r.State, r.Deadline = persist.StateDelayed, e.wall(nj.deadline)
+			}
+			nj.owner = c
+			c.appended.Add(1)
+			if err := e.jl.Put(&r, (*putAck)(nj)); err != nil {
+				c.appended.Add(^uint64(0))
+				unlock()
+				e.uncharge(c.shard, cost)
+				return e.refused(err)
+			}
+			dst.jobs++ // as Put counts a job waiting for its record
+			if err := c.logged(e.jl.Delete(id, c.ack())); err != nil {
+				// The new job stands; the old one stays too: a duplicate,
+				// not a loss.
+				unlock()
+				newID = nj.ID
+				return err
+			}
+		}
+		src.remove(j, c.shard)
+		j.state = Deleted
+		src.jobs--
+		empty := src.jobs == 0
+		unlock()
+		e.jobs.Delete(id)
+		e.uncharge(c.shard, cost)
+		if empty {
+			e.reg.maybeFree(src)
+		}
+		if e.jl == nil {
+			e.publish(nj, c.shard, now)
+		}
+		newID = nj.ID
+		return nil
+	})
+	return newID, err
+}

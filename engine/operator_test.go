@@ -1,0 +1,222 @@
+package engine
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/beanpole/beanpole/codec"
+)
+
+// tubeStats is stats-tube of name, failing the test if it does not exist.
+func tubeStats(t *testing.T, e *Engine, name string) codec.TubeStats {
+	t.Helper()
+	var st codec.TubeStats
+	if !e.StatsTube([]byte(name), &st) {
+		t.Fatalf("no tube %q", name)
+	}
+	return st
+}
+
+// fillTube puts, in the client's used tube, one job of each state besides
+// those already there: ready, delayed, buried and reserved (held by c).
+func fillTube(t *testing.T, c *Client) (ready, delayed, buried, reserved *Job) {
+	t.Helper()
+	ready = put(t, c, 5, 0, "ready")
+	delayed = put(t, c, 5, time.Hour, "delayed")
+	buried = put(t, c, 1, 0, "buried")
+	if c.ReserveJob(buried.ID) == nil {
+		t.Fatal("reserve-job")
+	}
+	if ok, _ := c.Bury(buried.ID, 1); !ok {
+		t.Fatal("bury")
+	}
+	reserved = put(t, c, 9, 0, "reserved")
+	if c.ReserveJob(reserved.ID) == nil {
+		t.Fatal("reserve-job")
+	}
+	return ready, delayed, buried, reserved
+}
+
+func TestOperatorFlushTakesOnlyTheStatesAskedAndLeavesReservedJobs(t *testing.T) {
+	e := New(1)
+	c, _ := newTestClient(e, 1)
+	c.Use([]byte("q"))
+	ready, delayed, buried, reserved := fillTube(t, c)
+	for range 100 {
+		put(t, c, 7, 0, "more")
+	}
+	op := e.NewOperator()
+	if n, err := op.Flush("q", Ready); err != nil || n != 101 {
+		t.Fatalf("flush ready: %d, %v; want 101", n, err)
+	}
+	st := tubeStats(t, e, "q")
+	if st.CurrentJobsReady != 0 || st.CurrentJobsDelayed != 1 || st.CurrentJobsBuried != 1 || st.CurrentJobsReserved != 1 {
+		t.Fatalf("after flushing ready: %+v", st)
+	}
+	if e.Peek(ready.ID) != nil || e.Peek(delayed.ID) == nil {
+		t.Fatal("flush ready took the wrong jobs")
+	}
+	if n, err := op.Flush("q", Ready, Delayed, Buried); err != nil || n != 2 {
+		t.Fatalf("flush all: %d, %v; want 2", n, err)
+	}
+	if e.Peek(buried.ID) != nil || e.Peek(reserved.ID) == nil {
+		t.Fatal("flush all took the reserved job or left the buried one")
+	}
+	var sst codec.ServerStats
+	e.Stats(&sst)
+	if sst.CurrentJobsReady+sst.CurrentJobsDelayed+sst.CurrentJobsBuried != 0 || sst.CurrentJobsReserved != 1 {
+		t.Fatalf("server gauges after the flush: %+v", sst)
+	}
+	if _, err := op.Flush("nope", Ready); !errors.Is(err, ErrNoTube) {
+		t.Fatalf("flush of an unknown tube: %v", err)
+	}
+}
+
+func TestOperatorFlushFreesATubeNobodyUses(t *testing.T) {
+	e := New(1)
+	c, _ := newTestClient(e, 1)
+	c.Use([]byte("gone"))
+	put(t, c, 0, 0, "x")
+	c.Use([]byte("default"))
+	if _, err := e.NewOperator().Flush("gone", Ready); err != nil {
+		t.Fatal(err)
+	}
+	var st codec.TubeStats
+	if e.StatsTube([]byte("gone"), &st) {
+		t.Fatal("a tube emptied by a flush and used by nobody is still listed")
+	}
+}
+
+func TestOperatorMoveMakesANewJobInTheOtherTube(t *testing.T) {
+	e := New(1)
+	c, _ := newTestClient(e, 1)
+	_, delayed, buried, reserved := fillTube(t, c)
+	op := e.NewOperator()
+
+	id, err := op.Move(buried.ID, "retry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Peek(buried.ID) != nil {
+		t.Fatal("the moved job is still in its old tube")
+	}
+	v, ok := e.Job(id, 100)
+	if !ok || v.Tube != "retry" || v.State != Ready || v.Pri != 1 || string(v.Head) != "buried" || v.TTR != 10*time.Second {
+		t.Fatalf("moved job: %+v", v)
+	}
+	id, err = op.Move(delayed.ID, "retry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := e.Job(id, 0); v.State != Delayed || v.TimeLeft < 59*time.Minute {
+		t.Fatalf("a moved delayed job: %+v", v)
+	}
+	if _, err := op.Move(reserved.ID, "retry"); !errors.Is(err, ErrReserved) {
+		t.Fatalf("moving a reserved job: %v", err)
+	}
+	if _, err := op.Move(id, "retry"); !errors.Is(err, ErrSameTube) {
+		t.Fatalf("moving to its own tube: %v", err)
+	}
+	if _, err := op.Move(999, "retry"); !errors.Is(err, ErrNoJob) {
+		t.Fatalf("moving no job: %v", err)
+	}
+	if st := tubeStats(t, e, "retry"); st.CurrentJobsReady != 1 || st.CurrentJobsDelayed != 1 || st.CurrentUsing != 0 {
+		t.Fatalf("retry after the moves: %+v", st)
+	}
+}
+
+func TestOperatorActionsWaitForTheirRecords(t *testing.T) {
+	e, f := newJournaled(1)
+	c, _ := newTestClient(e, 1)
+	j := put(t, c, 0, 0, "x")
+	f.ackNext(1, nil)
+	op := e.NewOperator()
+
+	done := make(chan error)
+	var newID uint64
+	go func() {
+		var err error
+		newID, err = op.Move(j.ID, "elsewhere")
+		done <- err
+	}()
+	for f.unacked() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the move returned (%v) before its records were durable", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if r := f.recs[1:]; r[0].kind != "put" || r[1].kind != "delete" || r[1].id != j.ID {
+		t.Fatalf("records %+v: want the new job's put, then the old one's delete", r)
+	}
+	f.ackNext(2, nil)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if e.Peek(newID) == nil {
+		t.Fatal("the moved job is not visible once durable")
+	}
+
+	go func() { done <- op.Delete(newID) }()
+	for f.unacked() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	f.ackNext(1, errors.New("disk on fire"))
+	if err := <-done; !errors.Is(err, ErrLogFailed) {
+		t.Fatalf("a delete whose record failed: %v, want ErrLogFailed", err)
+	}
+}
+
+// Browse lists a heap in the order the protocol serves it, whatever the
+// heap's shape, page by page.
+func TestBrowseListsEachStateInServingOrder(t *testing.T) {
+	e := New(1)
+	c, _ := newTestClient(e, 1)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var want []*Job
+	for range 500 {
+		want = append(want, put(t, c, uint32(rng.IntN(20)), 0, "r"))
+	}
+	slices.SortFunc(want, func(a, b *Job) int {
+		if a.Pri != b.Pri {
+			return int(a.Pri) - int(b.Pri)
+		}
+		return int(a.ID) - int(b.ID)
+	})
+	var got []uint64
+	for skip := 0; ; skip += 37 {
+		page, total, ok := e.Browse("default", Ready, skip, 37, 8)
+		if !ok || total != 500 {
+			t.Fatalf("browse: total %d, ok %v", total, ok)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, v := range page {
+			got = append(got, v.ID)
+		}
+	}
+	for i, j := range want {
+		if got[i] != j.ID {
+			t.Fatalf("ready job %d in the listing is %d, want %d", i, got[i], j.ID)
+		}
+	}
+	// Buried: oldest first.
+	var buried []uint64
+	for _, j := range want[:5] {
+		c.ReserveJob(j.ID)
+		c.Bury(j.ID, 0)
+		buried = append(buried, j.ID)
+	}
+	page, total, _ := e.Browse("default", Buried, 1, 10, 0)
+	if total != 5 || len(page) != 4 || page[0].ID != buried[1] || page[3].ID != buried[4] {
+		t.Fatalf("buried page: total %d, %+v", total, page)
+	}
+	if _, _, ok := e.Browse("nope", Ready, 0, 10, 0); ok {
+		t.Fatal("browse of an unknown tube")
+	}
+}
