@@ -1,6 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"errors"
+	"os"
+
 	"github.com/beanpole/beanpole/codec"
 	"github.com/beanpole/beanpole/engine"
 	"github.com/beanpole/beanpole/loop"
@@ -33,4 +37,17 @@ func (s statsSource) TubeNames(dst [][]byte) [][]byte { return s.eng.AppendTubeN
 
 func (s statsSource) TubeStats(name []byte, st *codec.TubeStats) bool {
 	return s.eng.StatsTube(name, st)
+}
+
+// readToken reads the dashboard's token: the file's content without
+// surrounding white space, which must leave something.
+func readToken(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if b = bytes.TrimSpace(b); len(b) == 0 {
+		return nil, errors.New(path + " is empty")
+	}
+	return b, nil
 }

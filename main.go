@@ -74,7 +74,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// that /readyz can say the server is not ready yet.
 	var adm *admin.Server
 	if cfg.HTTPAddr != "" {
-		adm, err = admin.Listen(admin.Options{Addr: cfg.HTTPAddr, Pprof: cfg.HTTPPprof,
+		var token []byte
+		if cfg.HTTPTokenFile != "" {
+			if token, err = readToken(cfg.HTTPTokenFile); err != nil {
+				fmt.Fprintf(stderr, "beanpole: --http-token-file: %v\n", err)
+				return 1
+			}
+		}
+		adm, err = admin.Listen(admin.Options{Addr: cfg.HTTPAddr, Pprof: cfg.HTTPPprof, Token: token,
 			MaxTubes: cfg.MetricsMaxTubes, Log: log.With().Str("component", "http").Logger()})
 		if err != nil {
 			fmt.Fprintf(stderr, "beanpole: --http %s: %v\n", cfg.HTTPAddr, err)
@@ -82,7 +89,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		go adm.Serve()
 		defer adm.Close()
-		log.Info().Str("addr", adm.Addr().String()).Msg("serving /metrics, /healthz and /readyz")
+		log.Info().Str("addr", adm.Addr().String()).Bool("actions", token != nil).
+			Msg("serving the dashboard, /metrics, /healthz and /readyz")
 	}
 
 	if cfg.User != "" {
@@ -157,7 +165,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for _, ln := range lns {
 		go func() { served <- srv.Serve(ln) }()
 	}
-	adm.SetSource(statsSource{srv: srv, eng: eng, blog: blog})
+	adm.SetSource(statsSource{srv: srv, eng: eng, blog: blog}, eng)
 	adm.SetState(admin.Ready)
 	if err := sdNotify("READY=1"); err != nil {
 		log.Warn().Err(err).Msg("could not tell systemd the server is ready")

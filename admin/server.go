@@ -1,7 +1,8 @@
 // Package admin serves what operators need besides the protocol, over
 // HTTP on its own listener (--http) and its own goroutines, never on the
 // event loops: Prometheus metrics (/metrics), liveness (/healthz),
-// readiness (/readyz) and, when asked for, the Go profiler (/debug/pprof/).
+// readiness (/readyz), a dashboard (/, see dashboard.go) and, when asked
+// for, the Go profiler (/debug/pprof/).
 //
 // The metrics are read the way a `stats` or `stats-tube` command reads
 // them (the engine's sharded counters and each tube under its own lock),
@@ -16,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/beanpole/beanpole/engine"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
@@ -43,7 +45,10 @@ type Options struct {
 	Addr     string // HOST:PORT to listen on
 	Pprof    bool   // serve /debug/pprof/
 	MaxTubes int    // tubes with series of their own in /metrics
-	Log      zerolog.Logger
+	// Token allows the dashboard's actions to whoever presents it; with
+	// none the dashboard is read-only.
+	Token []byte
+	Log   zerolog.Logger
 }
 
 // Server is the HTTP side of a beanpole process.
@@ -52,6 +57,7 @@ type Server struct {
 	http  *http.Server
 	state atomic.Int32
 	col   *collector
+	src   atomic.Pointer[sources]
 	log   zerolog.Logger
 }
 
@@ -85,6 +91,11 @@ func Listen(opts Options) (*Server, error) {
 		}
 		metrics.ServeHTTP(w, r)
 	})
+	d := &dashboard{s: s, log: opts.Log}
+	if len(opts.Token) > 0 {
+		d.token = opts.Token
+	}
+	d.routes(mux)
 	if opts.Pprof {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
@@ -114,10 +125,12 @@ func (s *Server) Close() {
 	}
 }
 
-// SetSource gives /metrics what it reads; call it once the server serves.
-func (s *Server) SetSource(src Source) {
+// SetSource gives /metrics and the dashboard what they read, and the
+// dashboard the engine its actions change; call it once the server serves.
+func (s *Server) SetSource(src Source, eng *engine.Engine) {
 	if s != nil {
 		s.col.src.Store(&src)
+		s.src.Store(&sources{stats: src, eng: eng, op: eng.NewOperator()})
 	}
 }
 

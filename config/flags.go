@@ -54,6 +54,9 @@ type Config struct {
 	// ("" = not at all); HTTPPprof (--http-pprof) adds /debug/pprof/.
 	HTTPAddr  string
 	HTTPPprof bool
+	// HTTPTokenFile is --http-token-file: the file holding the token that
+	// allows the dashboard's actions ("" = the dashboard is read-only).
+	HTTPTokenFile string
 	// MetricsMaxTubes is --metrics-max-tubes: tubes beyond this many are
 	// summed into one series in /metrics.
 	MetricsMaxTubes int
@@ -249,6 +252,13 @@ var longOpts = []longOpt{
 		return err
 	}},
 	{name: "--http-pprof", flag: func(cfg *Config) { cfg.HTTPPprof = true }},
+	{name: "--http-token-file", set: func(cfg *Config, v string) error {
+		if v == "" {
+			return errors.New("want a file name")
+		}
+		cfg.HTTPTokenFile = v
+		return nil
+	}},
 	{name: "--log-json", flag: func(cfg *Config) { cfg.LogJSON = true }},
 	{name: "--metrics-max-tubes", set: func(cfg *Config, v string) error {
 		n, err := strconv.ParseUint(v, 10, 31)

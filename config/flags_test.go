@@ -39,8 +39,11 @@ Long options:
             0 for none); past it puts get OUT_OF_MEMORY (default is derived
             from the cgroup, address-space or physical memory limit)
  --http HOST:PORT
-            serve /metrics, /healthz and /readyz over HTTP (":PORT" is
-            127.0.0.1:PORT); off by default
+            serve the dashboard, /metrics, /healthz and /readyz over HTTP
+            (":PORT" is 127.0.0.1:PORT); off by default
+ --http-token-file FILE
+            allow the dashboard's actions (kick, delete, pause, flush, move)
+            to whoever presents the token in FILE; read-only without it
  --http-pprof
             also serve /debug/pprof/ there
  --metrics-max-tubes N

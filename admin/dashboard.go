@@ -1,0 +1,495 @@
+package admin
+
+import (
+	"cmp"
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/beanpole/beanpole/codec"
+	"github.com/beanpole/beanpole/engine"
+	"github.com/rs/zerolog"
+)
+
+// The dashboard: an overview at / that refreshes itself from
+// /api/overview, a page per tube at /tubes/{tube}, and the actions, each
+// a POST:
+//
+//	/tubes/{tube}/kick    n        kick n buried (else delayed) jobs
+//	/tubes/{tube}/pause   seconds  pause the tube (0: unpause)
+//	/tubes/{tube}/flush   state    delete every ready, delayed or buried
+//	                               job, or all three ("all"), in one step
+//	/jobs/{id}/kick                make a buried or delayed job ready
+//	/jobs/{id}/delete              delete a ready, delayed or buried job
+//	/jobs/{id}/move       tube     move it to another tube (a new id)
+//
+// Actions are refused (403) unless the server was given a token
+// (--http-token-file), and every action must carry that token, as the
+// form field "token" or as "Authorization: Bearer TOKEN"; it is compared
+// in constant time. The token travels in the request, never in a cookie,
+// so another site cannot make a browser send it (the CSRF defence), and a
+// request whose Origin is not this listener is refused as well. Every
+// action goes through the engine's Operator, so through the binlog like
+// the protocol's commands, and is logged.
+
+//go:embed web
+var webFS embed.FS
+
+var pages = template.Must(template.New("").Funcs(template.FuncMap{
+	"dur":        fmtDur,
+	"body":       showBody,
+	"pathEscape": url.PathEscape,
+	"list":       func() []string { return []string{"ready", "delayed", "buried"} },
+	"inc":        func(n int) int { return n + 1 },
+	"dec":        func(n int) int { return n - 1 },
+}).ParseFS(webFS, "web/*.html"))
+
+// maxForm bounds an action's request body.
+const maxForm = 4 << 10
+
+// overviewTubes bounds the tubes /api/overview lists (most jobs first).
+const overviewTubes = 500
+
+// bodyPeek and bodyList are how many bytes of a body the tube page shows.
+const (
+	bodyPeek = 1024
+	bodyList = 120
+)
+
+// dashboard serves the pages and actions for one engine.
+type dashboard struct {
+	s     *Server
+	token []byte // nil: read-only
+	log   zerolog.Logger
+}
+
+func (d *dashboard) routes(mux *http.ServeMux) {
+	mux.Handle("GET /static/", http.FileServerFS(webFS))
+	mux.HandleFunc("GET /{$}", d.ready(d.overview))
+	mux.HandleFunc("GET /api/overview", d.ready(d.overviewJSON))
+	mux.HandleFunc("GET /tubes/{tube}", d.ready(d.tube))
+	mux.HandleFunc("POST /tubes/{tube}/{action}", d.ready(d.action(d.tubeAction)))
+	mux.HandleFunc("POST /jobs/{id}/{action}", d.ready(d.action(d.jobAction)))
+}
+
+// ready answers 503 until the server serves.
+func (d *dashboard) ready(h func(w http.ResponseWriter, r *http.Request, src *sources)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p := d.s.src.Load()
+		if p == nil {
+			http.Error(w, stateText[Starting], http.StatusServiceUnavailable)
+			return
+		}
+		h(w, r, p)
+	}
+}
+
+// sources is what the dashboard reads and changes.
+type sources struct {
+	stats Source
+	eng   *engine.Engine
+	op    *engine.Operator
+}
+
+// ---- reading ----
+
+type tubeRow struct {
+	Name        string  `json:"name"`
+	Ready       uint64  `json:"ready"`
+	Urgent      uint64  `json:"urgent"`
+	Delayed     uint64  `json:"delayed"`
+	Reserved    uint64  `json:"reserved"`
+	Buried      uint64  `json:"buried"`
+	Waiting     uint64  `json:"waiting"`
+	Using       uint64  `json:"using"`
+	Watching    uint64  `json:"watching"`
+	TotalJobs   uint64  `json:"total_jobs"`
+	CmdDelete   uint64  `json:"cmd_delete"`
+	Pause       uint64  `json:"pause"`
+	PauseLeft   uint64  `json:"pause_time_left"`
+	OldestReady float64 `json:"oldest_ready_seconds"`
+}
+
+func (t *tubeRow) jobs() uint64 { return t.Ready + t.Delayed + t.Reserved + t.Buried }
+
+type overviewData struct {
+	Time       int64          `json:"time_ms"`
+	Server     map[string]any `json:"server"`
+	Binlog     map[string]any `json:"binlog,omitempty"`
+	Tubes      []tubeRow      `json:"tubes"`
+	TubesTotal int            `json:"tubes_total"`
+	ReadOnly   bool           `json:"read_only"`
+	Msg        string         `json:"-"`
+}
+
+func (d *dashboard) snapshot(src *sources, tubes int) overviewData {
+	o := overviewData{Time: time.Now().UnixMilli(), Server: map[string]any{}, ReadOnly: d.token == nil}
+	var st codec.ServerStats
+	src.stats.ServerStats(&st)
+	eachStat(codec.AppendStats(nil, &st), func(key string, v float64, s string, isNum bool) {
+		if isNum {
+			o.Server[key] = v
+		} else {
+			o.Server[key] = s
+		}
+	})
+	if bs, ok := src.stats.Binlog(); ok {
+		o.Binlog = map[string]any{"failed": bs.Failed != nil, "disk_full": bs.DiskFull,
+			"oldest_index": bs.OldestIndex, "current_index": bs.CurrentIndex, "segments": bs.Segments,
+			"disk_bytes": bs.DiskBytes, "fsyncs": bs.Fsyncs, "bytes_written": bs.BytesWritten}
+	}
+	names := src.stats.TubeNames(nil)
+	o.TubesTotal = len(names)
+	rows := make([]tubeRow, 0, len(names))
+	var ts codec.TubeStats
+	for _, n := range names {
+		if !src.stats.TubeStats(n, &ts) {
+			continue
+		}
+		rows = append(rows, tubeRow{Name: string(n), Ready: ts.CurrentJobsReady, Urgent: ts.CurrentJobsUrgent,
+			Delayed: ts.CurrentJobsDelayed, Reserved: ts.CurrentJobsReserved, Buried: ts.CurrentJobsBuried,
+			Waiting: ts.CurrentWaiting, Using: ts.CurrentUsing, Watching: ts.CurrentWatching,
+			TotalJobs: ts.TotalJobs, CmdDelete: ts.CmdDelete, Pause: ts.Pause, PauseLeft: ts.PauseTimeLeft})
+	}
+	slices.SortStableFunc(rows, func(a, b tubeRow) int {
+		if c := cmp.Compare(b.jobs(), a.jobs()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Name, b.Name)
+	})
+	if len(rows) > tubes {
+		rows = rows[:tubes]
+	}
+	for i := range rows {
+		if rows[i].Ready > 0 {
+			age, _ := src.eng.OldestReady([]byte(rows[i].Name))
+			rows[i].OldestReady = age.Seconds()
+		}
+	}
+	o.Tubes = rows
+	return o
+}
+
+func (d *dashboard) overview(w http.ResponseWriter, r *http.Request, src *sources) {
+	o := d.snapshot(src, overviewTubes)
+	o.Msg = r.URL.Query().Get("msg")
+	d.render(w, http.StatusOK, "overview.html", o)
+}
+
+func (d *dashboard) overviewJSON(w http.ResponseWriter, r *http.Request, src *sources) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(d.snapshot(src, overviewTubes))
+}
+
+type tubePage struct {
+	Tube     tubeRow
+	Peek     []peek
+	State    string
+	Jobs     []engine.JobView
+	Total    int
+	Page     int
+	Pages    int
+	Msg      string
+	ReadOnly bool
+}
+
+type peek struct {
+	State string
+	Job   *engine.JobView
+}
+
+// pageSize is how many jobs a page of the tube page lists.
+const pageSize = 25
+
+var browseStates = map[string]engine.State{"ready": engine.Ready, "delayed": engine.Delayed, "buried": engine.Buried}
+
+func (d *dashboard) tube(w http.ResponseWriter, r *http.Request, src *sources) {
+	name := r.PathValue("tube")
+	var ts codec.TubeStats
+	if !codec.ValidTubeName([]byte(name)) || !src.stats.TubeStats([]byte(name), &ts) {
+		d.fail(w, http.StatusNotFound, fmt.Sprintf("no tube %q", name))
+		return
+	}
+	p := tubePage{Tube: tubeRow{Name: name, Ready: ts.CurrentJobsReady, Urgent: ts.CurrentJobsUrgent,
+		Delayed: ts.CurrentJobsDelayed, Reserved: ts.CurrentJobsReserved, Buried: ts.CurrentJobsBuried,
+		Waiting: ts.CurrentWaiting, Using: ts.CurrentUsing, Watching: ts.CurrentWatching,
+		TotalJobs: ts.TotalJobs, CmdDelete: ts.CmdDelete, Pause: ts.Pause, PauseLeft: ts.PauseTimeLeft},
+		State: "buried", Page: 1, Msg: r.URL.Query().Get("msg"), ReadOnly: d.token == nil}
+	if age, ok := src.eng.OldestReady([]byte(name)); ok {
+		p.Tube.OldestReady = age.Seconds()
+	}
+	for _, s := range []string{"ready", "delayed", "buried"} {
+		pk := peek{State: s}
+		if jobs, _, _ := src.eng.Browse(name, browseStates[s], 0, 1, bodyPeek); len(jobs) == 1 {
+			pk.Job = &jobs[0]
+		}
+		p.Peek = append(p.Peek, pk)
+	}
+	if s := r.URL.Query().Get("state"); s != "" {
+		if _, ok := browseStates[s]; !ok {
+			d.fail(w, http.StatusBadRequest, fmt.Sprintf("state %q: want ready, delayed or buried", s))
+			return
+		}
+		p.State = s
+	}
+	if v := r.URL.Query().Get("page"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || (n-1)*pageSize >= engine.MaxBrowse {
+			d.fail(w, http.StatusBadRequest, fmt.Sprintf("page %q: want 1 to %d", v, engine.MaxBrowse/pageSize))
+			return
+		}
+		p.Page = n
+	}
+	p.Jobs, p.Total, _ = src.eng.Browse(name, browseStates[p.State], (p.Page-1)*pageSize, pageSize, bodyList)
+	p.Pages = max(1, min((p.Total+pageSize-1)/pageSize, engine.MaxBrowse/pageSize))
+	d.render(w, http.StatusOK, "tube.html", p)
+}
+
+// ---- changing ----
+
+// action checks what every action needs: a token, the right one, a
+// request from this listener's own pages or no browser at all, and a
+// small form.
+func (d *dashboard) action(h func(w http.ResponseWriter, r *http.Request, src *sources)) func(http.ResponseWriter, *http.Request, *sources) {
+	return func(w http.ResponseWriter, r *http.Request, src *sources) {
+		if d.token == nil {
+			d.fail(w, http.StatusForbidden, "read-only: actions need a token (start beanpole with --http-token-file FILE)")
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" {
+			if u, err := url.Parse(o); err != nil || u.Host != r.Host {
+				d.fail(w, http.StatusForbidden, fmt.Sprintf("a request from %q, not from this dashboard", o))
+				return
+			}
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+		if err := r.ParseForm(); err != nil {
+			if _, big := errors.AsType[*http.MaxBytesError](err); big {
+				d.fail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the form is over %d bytes", maxForm))
+				return
+			}
+			d.fail(w, http.StatusBadRequest, "bad form: "+err.Error())
+			return
+		}
+		tok := r.PostForm.Get("token")
+		if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+			tok = b
+		}
+		if tok == "" {
+			d.fail(w, http.StatusUnauthorized, "this action needs the token")
+			return
+		}
+		if subtle.ConstantTimeCompare([]byte(tok), d.token) != 1 {
+			d.log.Warn().Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Msg("dashboard: an action with a wrong token refused")
+			d.fail(w, http.StatusForbidden, "wrong token")
+			return
+		}
+		h(w, r, src)
+	}
+}
+
+func (d *dashboard) tubeAction(w http.ResponseWriter, r *http.Request, src *sources) {
+	name, act := r.PathValue("tube"), r.PathValue("action")
+	if !codec.ValidTubeName([]byte(name)) {
+		d.fail(w, http.StatusBadRequest, fmt.Sprintf("%q is not a tube name", name))
+		return
+	}
+	var msg string
+	var err error
+	switch act {
+	case "kick":
+		n, ok := formUint32(r, "n")
+		if !ok || n == 0 {
+			d.fail(w, http.StatusBadRequest, "n: want a whole number from 1 to 4294967295")
+			return
+		}
+		var k uint32
+		k, err = src.op.Kick(name, n)
+		msg = fmt.Sprintf("kicked %d", k)
+	case "pause":
+		secs, ok := formUint32(r, "seconds")
+		if !ok {
+			d.fail(w, http.StatusBadRequest, "seconds: want a whole number from 0 to 4294967295")
+			return
+		}
+		err = src.op.Pause(name, time.Duration(secs)*time.Second)
+		msg = fmt.Sprintf("paused for %d s", secs)
+		if secs == 0 {
+			msg = "unpaused"
+		}
+	case "flush":
+		var states []engine.State
+		switch s := r.PostForm.Get("state"); s {
+		case "ready", "delayed", "buried":
+			states = []engine.State{browseStates[s]}
+		case "all":
+			states = []engine.State{engine.Ready, engine.Delayed, engine.Buried}
+		default:
+			d.fail(w, http.StatusBadRequest, fmt.Sprintf("state %q: want ready, delayed, buried or all", s))
+			return
+		}
+		var n int
+		n, err = src.op.Flush(name, states...)
+		msg = fmt.Sprintf("flushed %d %s jobs", n, r.PostForm.Get("state"))
+	default:
+		d.fail(w, http.StatusNotFound, fmt.Sprintf("no action %q on a tube", act))
+		return
+	}
+	d.done(w, r, src, name, "tube", name, act, msg, err)
+}
+
+func (d *dashboard) jobAction(w http.ResponseWriter, r *http.Request, src *sources) {
+	act := r.PathValue("action")
+	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+	if err != nil || id == 0 {
+		d.fail(w, http.StatusBadRequest, fmt.Sprintf("%q is not a job id", r.PathValue("id")))
+		return
+	}
+	v, ok := src.eng.Job(id, 0)
+	if !ok {
+		d.fail(w, http.StatusNotFound, fmt.Sprintf("no job %d", id))
+		return
+	}
+	var msg string
+	switch act {
+	case "kick":
+		err = src.op.KickJob(id)
+		msg = fmt.Sprintf("kicked job %d", id)
+	case "delete":
+		err = src.op.Delete(id)
+		msg = fmt.Sprintf("deleted job %d", id)
+	case "move":
+		to := r.PostForm.Get("tube")
+		if !codec.ValidTubeName([]byte(to)) {
+			d.fail(w, http.StatusBadRequest, fmt.Sprintf("%q is not a tube name", to))
+			return
+		}
+		var nid uint64
+		nid, err = src.op.Move(id, to)
+		msg = fmt.Sprintf("moved job %d to %s as job %d", id, to, nid)
+	default:
+		d.fail(w, http.StatusNotFound, fmt.Sprintf("no action %q on a job", act))
+		return
+	}
+	d.done(w, r, src, v.Tube, "job", strconv.FormatUint(id, 10), act, msg, err)
+}
+
+// done logs an action and answers it: back to the tube's page, with what
+// happened, or the error.
+//
+// Actions are logged at warning level, so that they show without -V: each
+// one is an operator's hand on the queue.
+func (d *dashboard) done(w http.ResponseWriter, r *http.Request, src *sources, tube, kind, what, act, msg string, err error) {
+	ev := d.log.Warn().Str("remote", r.RemoteAddr).Str(kind, what).Str("action", act)
+	if err != nil {
+		ev.Err(err).Msg("dashboard: action failed")
+	} else {
+		ev.Msg("dashboard: " + msg)
+	}
+	if err != nil {
+		code := http.StatusConflict
+		switch {
+		case errors.Is(err, engine.ErrNoTube), errors.Is(err, engine.ErrNoJob):
+			code = http.StatusNotFound
+		case errors.Is(err, engine.ErrNoRoom), errors.Is(err, engine.ErrLogFailed), errors.Is(err, engine.ErrNoMemory):
+			code = http.StatusServiceUnavailable
+		}
+		d.fail(w, code, act+": "+err.Error())
+		return
+	}
+	back := "/tubes/" + url.PathEscape(tube)
+	var ts codec.TubeStats
+	if !src.stats.TubeStats([]byte(tube), &ts) {
+		back = "/" // emptied and used by nobody: the tube is gone
+	}
+	http.Redirect(w, r, back+"?msg="+url.QueryEscape(msg), http.StatusSeeOther)
+}
+
+func formUint32(r *http.Request, key string) (uint32, bool) {
+	n, err := strconv.ParseUint(strings.TrimSpace(r.PostForm.Get(key)), 10, 32)
+	return uint32(n), err == nil
+}
+
+// ---- answering ----
+
+func (d *dashboard) render(w http.ResponseWriter, code int, page string, data any) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	if err := pages.ExecuteTemplate(w, page, data); err != nil {
+		d.log.Error().Err(err).Str("page", page).Msg("dashboard: template failed")
+	}
+}
+
+// fail answers with an error page, its message in plain words.
+func (d *dashboard) fail(w http.ResponseWriter, code int, msg string) {
+	d.render(w, code, "error.html", struct {
+		Code   int
+		Status string
+		Msg    string
+	}{code, http.StatusText(code), msg})
+}
+
+func fmtDur(secs float64) string {
+	d := time.Duration(secs * float64(time.Second)).Round(time.Second)
+	if d < time.Minute {
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	}
+	return strings.TrimSuffix(strings.TrimSuffix(d.String(), "0s"), "0m")
+}
+
+// shownBody is a body as the page shows it: text when it is printable
+// UTF-8, otherwise hex.
+type shownBody struct {
+	Text      string
+	Hex       bool
+	Truncated bool
+	Size      int
+}
+
+func showBody(v engine.JobView) shownBody {
+	b := shownBody{Size: v.Size, Truncated: len(v.Head) < v.Size}
+	if printable(v.Head) {
+		b.Text = string(v.Head)
+		return b
+	}
+	b.Hex = true
+	var sb strings.Builder
+	for i, c := range v.Head {
+		if i > 0 {
+			sb.WriteByte(' ')
+		}
+		fmt.Fprintf(&sb, "%02x", c)
+	}
+	b.Text = sb.String()
+	return b
+}
+
+// printable: valid UTF-8 with no control characters but tab and newlines.
+// A body cut in the middle of a rune still counts as text.
+func printable(b []byte) bool {
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n <= 1 {
+			return len(b) < utf8.UTFMax && !utf8.FullRune(b)
+		}
+		if r < 0x20 && r != '\t' && r != '\n' && r != '\r' || r == 0x7f {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}

@@ -1,0 +1,260 @@
+package e2e
+
+// The dashboard's actions over HTTP against the real binary: each one's
+// effect is checked on the wire, bad input gets a clear error and changes
+// nothing, actions without the token, with a wrong one, from another
+// origin or on a read-only dashboard are refused, and with -b what an
+// action did survives a restart.
+
+import (
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const dashToken = "tok-3f9a"
+
+// startDashboard starts a server whose dashboard allows actions.
+func startDashboard(t *testing.T, extra ...string) (*server, string) {
+	t.Helper()
+	skipUnlessBeanpole(t, "the dashboard is beanpole's")
+	f := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(f, []byte(dashToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startHTTPServer(t, append([]string{"--http-token-file", f}, extra...)...)
+}
+
+// post sends an action's form and returns the status, the redirect and
+// the error page's message.
+func post(t *testing.T, base, path string, form url.Values, hdr ...string) (int, string, string) {
+	t.Helper()
+	req, err := http.NewRequest("POST", base+path, strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	c := http.Client{Timeout: defaultTimeout, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	msg := ""
+	if _, rest, ok := strings.Cut(b.String(), `id="error">`); ok {
+		msg, _, _ = strings.Cut(rest, "<")
+	}
+	return resp.StatusCode, resp.Header.Get("Location"), msg
+}
+
+func withToken(kv ...string) url.Values {
+	v := url.Values{"token": {dashToken}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		v.Set(kv[i], kv[i+1])
+	}
+	return v
+}
+
+// fill puts jobs in tube q: 1 and 2 ready, 3 delayed, 4 and 5 buried
+// (4 first), 6 reserved by c.
+func fill(t *testing.T, c *conn) {
+	t.Helper()
+	mustSend(t, c, "use q\r\n")
+	expect(t, c, "USING q\r\n")
+	mustSend(t, c, "watch q\r\nignore default\r\n")
+	expect(t, c, "WATCHING 2\r\nWATCHING 1\r\n")
+	put(t, c, 10, 0, 60, "ready one", 1)
+	put(t, c, 20, 0, 60, "ready two", 2)
+	put(t, c, 0, 3600, 60, "delayed", 3)
+	put(t, c, 5, 0, 60, "buried first", 4)
+	put(t, c, 5, 0, 60, "buried second", 5)
+	for _, id := range []string{"4", "5"} {
+		mustSend(t, c, "reserve-job "+id+"\r\nbury "+id+" 5\r\n")
+		readLine(t, c)
+		readLine(t, c)
+		expect(t, c, "BURIED\r\n")
+	}
+	put(t, c, 30, 0, 60, "reserved", 6)
+	mustSend(t, c, "reserve-job 6\r\n")
+	expect(t, c, "RESERVED 6 8\r\nreserved\r\n")
+}
+
+func counts(t *testing.T, c *conn, tube string) string {
+	t.Helper()
+	st := statsTube(t, c, tube)
+	return st["current-jobs-ready"] + "/" + st["current-jobs-delayed"] + "/" + st["current-jobs-buried"] + "/" + st["current-jobs-reserved"]
+}
+
+func TestDashboardActionsChangeWhatTheWireSees(t *testing.T) {
+	s, base := startDashboard(t)
+	c := s.dial(t)
+	fill(t, c)
+	if got := counts(t, c, "q"); got != "2/1/2/1" {
+		t.Fatalf("before: %s", got)
+	}
+
+	// kick 1: the oldest buried job.
+	code, loc, msg := post(t, base, "/tubes/q/kick", withToken("n", "1"))
+	if code != http.StatusSeeOther || loc != "/tubes/q?msg=kicked+1" {
+		t.Fatalf("kick: %d %q %q", code, loc, msg)
+	}
+	if st := statsJob(t, c, 4); st["state"] != "ready" {
+		t.Fatalf("kick took job 4 to %s, want ready", st["state"])
+	}
+	// kick one job, delete one job.
+	if code, _, msg := post(t, base, "/jobs/5/kick", withToken()); code != http.StatusSeeOther {
+		t.Fatalf("kick job 5: %d %s", code, msg)
+	}
+	if code, _, msg := post(t, base, "/jobs/1/delete", withToken()); code != http.StatusSeeOther {
+		t.Fatalf("delete job 1: %d %s", code, msg)
+	}
+	mustSend(t, c, "peek 1\r\n")
+	expect(t, c, "NOT_FOUND\r\n")
+	// A job reserved by a worker is the worker's.
+	if code, _, msg := post(t, base, "/jobs/6/delete", withToken()); code != http.StatusConflict || !strings.Contains(msg, "reserved") {
+		t.Fatalf("delete of a reserved job: %d %q", code, msg)
+	}
+	// move: a new job in the other tube, the old one gone.
+	code, loc, msg = post(t, base, "/jobs/2/move", withToken("tube", "retry"))
+	if code != http.StatusSeeOther || !strings.Contains(loc, "as+job+7") {
+		t.Fatalf("move: %d %q %q", code, loc, msg)
+	}
+	mustSend(t, c, "peek 7\r\n")
+	expect(t, c, "FOUND 7 9\r\nready two\r\n")
+	if st := statsJob(t, c, 7); st["tube"] != `"retry"` || st["pri"] != "20" {
+		t.Fatalf("moved job: %v", st)
+	}
+	// pause, then unpause.
+	if code, _, msg := post(t, base, "/tubes/q/pause", withToken("seconds", "600")); code != http.StatusSeeOther {
+		t.Fatalf("pause: %d %s", code, msg)
+	}
+	if st := statsTube(t, c, "q"); st["pause"] != "600" {
+		t.Fatalf("after pause: pause %s", st["pause"])
+	}
+	post(t, base, "/tubes/q/pause", withToken("seconds", "0"))
+	if st := statsTube(t, c, "q"); st["pause"] != "0" {
+		t.Fatalf("after unpause: pause %s", st["pause"])
+	}
+	// flush by state: delayed only, then all; the reserved job stays.
+	if code, _, msg := post(t, base, "/tubes/q/flush", withToken("state", "delayed")); code != http.StatusSeeOther {
+		t.Fatalf("flush delayed: %d %s", code, msg)
+	}
+	if got := counts(t, c, "q"); got != "2/0/0/1" {
+		t.Fatalf("after flushing delayed: %s, want 2/0/0/1", got)
+	}
+	code, loc, _ = post(t, base, "/tubes/q/flush", withToken("state", "all"))
+	if code != http.StatusSeeOther || loc != "/tubes/q?msg=flushed+2+all+jobs" {
+		t.Fatalf("flush all: %d %q", code, loc)
+	}
+	if got := counts(t, c, "q"); got != "0/0/0/1" {
+		t.Fatalf("after flushing all: %s, want 0/0/0/1", got)
+	}
+}
+
+// Bad input: a clear error, the right status, and nothing changed.
+func TestDashboardRefusesBadInputAndChangesNothing(t *testing.T) {
+	s, base := startDashboard(t)
+	c := s.dial(t)
+	fill(t, c)
+	before := stats(t, c)
+	for _, tc := range []struct {
+		name, path string
+		form       url.Values
+		hdr        []string
+		code       int
+		msg        string
+	}{
+		{"no token", "/tubes/q/kick", url.Values{"n": {"1"}}, nil, 401, "needs the token"},
+		{"wrong token", "/tubes/q/kick", url.Values{"n": {"1"}, "token": {"nope"}}, nil, 403, "wrong token"},
+		{"wrong bearer", "/jobs/4/delete", url.Values{}, []string{"Authorization", "Bearer nope"}, 403, "wrong token"},
+		{"another origin", "/jobs/4/delete", withToken(), []string{"Origin", "http://evil.example"}, 403, "not from this dashboard"},
+		{"unknown tube", "/tubes/nope/kick", withToken("n", "1"), nil, 404, "no such tube"},
+		{"bad tube name", "/tubes/-bad/kick", withToken("n", "1"), nil, 400, "not a tube name"},
+		{"bad id", "/jobs/x1/delete", withToken(), nil, 400, "not a job id"},
+		{"no job", "/jobs/999/delete", withToken(), nil, 404, "no job 999"},
+		{"kick of a ready job", "/jobs/1/kick", withToken(), nil, 409, "not in a state"},
+		{"kick zero", "/tubes/q/kick", withToken("n", "0"), nil, 400, "n: want"},
+		{"pause junk", "/tubes/q/pause", withToken("seconds", "-1"), nil, 400, "seconds: want"},
+		{"flush what", "/tubes/q/flush", withToken("state", "reserved"), nil, 400, "want ready, delayed, buried or all"},
+		{"move nowhere", "/jobs/4/move", withToken("tube", ""), nil, 400, "not a tube name"},
+		{"move to itself", "/jobs/4/move", withToken("tube", "q"), nil, 409, "in that tube already"},
+		{"no such action", "/tubes/q/explode", withToken(), nil, 404, "no action"},
+		{"oversized form", "/tubes/q/kick", withToken("n", "1", "pad", strings.Repeat("x", 5000)), nil, 413, "over 4096 bytes"},
+	} {
+		code, _, msg := post(t, base, tc.path, tc.form, tc.hdr...)
+		if code != tc.code || !strings.Contains(msg, tc.msg) {
+			t.Errorf("%s: %d %q, want %d and %q", tc.name, code, msg, tc.code, tc.msg)
+		}
+	}
+	after := stats(t, c)
+	for _, k := range []string{"current-jobs-ready", "current-jobs-delayed", "current-jobs-buried", "current-jobs-reserved", "total-jobs", "current-tubes"} {
+		if before[k] != after[k] {
+			t.Errorf("%s went from %s to %s after refused actions", k, before[k], after[k])
+		}
+	}
+	for _, p := range []string{"/tubes/nope", "/tubes/q?state=reserved", "/tubes/q?page=0"} {
+		if code, _ := httpGet(t, base+p); code != 404 && code != 400 {
+			t.Errorf("GET %s: %d, want an error", p, code)
+		}
+	}
+}
+
+func TestDashboardWithoutATokenIsReadOnly(t *testing.T) {
+	skipUnlessBeanpole(t, "the dashboard is beanpole's")
+	s, base := startHTTPServer(t)
+	c := s.dial(t)
+	fill(t, c)
+	code, _, msg := post(t, base, "/tubes/q/flush", withToken("state", "all"))
+	if code != http.StatusForbidden || !strings.Contains(msg, "read-only") {
+		t.Fatalf("an action on a read-only dashboard: %d %q", code, msg)
+	}
+	if got := counts(t, c, "q"); got != "2/1/2/1" {
+		t.Fatalf("a refused flush changed the tube: %s", got)
+	}
+	code, body := httpGet(t, base+"/tubes/q")
+	if code != 200 || strings.Contains(body, "<form") || !strings.Contains(body, "Read-only") {
+		t.Fatalf("the read-only tube page: %d, forms shown: %v", code, strings.Contains(body, "<form"))
+	}
+}
+
+// With -b, what the dashboard did is in the binlog like any command.
+func TestDashboardActionsSurviveARestart(t *testing.T) {
+	dir := t.TempDir()
+	s, base := startDashboard(t, "-b", dir)
+	c := s.dial(t)
+	fill(t, c)
+	post(t, base, "/tubes/q/flush", withToken("state", "buried"))
+	post(t, base, "/jobs/2/move", withToken("tube", "retry"))
+	post(t, base, "/jobs/1/delete", withToken())
+	s.stop() // kill -9: the actions were durable when they answered
+
+	s2 := startServer(t, "-b", dir)
+	c2 := s2.dial(t)
+	// 6 was reserved when the server stopped: back to ready.
+	if got := counts(t, c2, "q"); got != "1/1/0/0" {
+		t.Fatalf("q after a restart: %s, want 1/1/0/0", got)
+	}
+	mustSend(t, c2, "peek 7\r\n")
+	expect(t, c2, "FOUND 7 9\r\nready two\r\n")
+	for _, id := range []string{"1", "2", "4", "5"} {
+		mustSend(t, c2, "peek "+id+"\r\n")
+		expect(t, c2, "NOT_FOUND\r\n")
+	}
+}
