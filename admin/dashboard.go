@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"slices"
@@ -45,6 +46,16 @@ import (
 //go:embed web
 var webFS embed.FS
 
+// staticFS serves web/static/ at /static/.
+var staticFS = must(fs.Sub(webFS, "web"))
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"dur":        fmtDur,
 	"body":       showBody,
@@ -74,7 +85,7 @@ type dashboard struct {
 }
 
 func (d *dashboard) routes(mux *http.ServeMux) {
-	mux.Handle("GET /static/", http.FileServerFS(webFS))
+	mux.Handle("GET /static/", http.FileServerFS(staticFS))
 	mux.HandleFunc("GET /{$}", d.ready(d.overview))
 	mux.HandleFunc("GET /api/overview", d.ready(d.overviewJSON))
 	mux.HandleFunc("GET /tubes/{tube}", d.ready(d.tube))

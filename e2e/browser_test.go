@@ -1,0 +1,223 @@
+package e2e
+
+// The dashboard in a real browser: Debian's chromium, driven by chromedp,
+// loads the overview against a server holding jobs in every state, checks
+// that the numbers it shows (after its own script has refreshed them) are
+// the numbers `stats` and `stats-tube` give, opens a tube's page, performs
+// each action through the page's own buttons (the token typed once, kept by
+// the page, confirmations accepted) and checks each effect on the wire.
+// BEANPOLE_SCREENSHOTS=DIR saves the pages as PNGs (docs/ holds them).
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+)
+
+// chromium finds the browser, or skips: CI installs Debian's chromium.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("no chromium on a CI machine: .ci/run installs it")
+	}
+	t.Skip("no chromium here (apt-get install chromium)")
+	return ""
+}
+
+// browser starts a headless chromium for the test. Every dialog (the
+// token prompt, the confirmations) is answered with the token / yes.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium(t)), chromedp.NoSandbox, chromedp.WindowSize(1280, 900),
+		chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	ctx, cancel2 := chromedp.NewContext(actx)
+	t.Cleanup(cancel2)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	go func() {
+		for _, err := range dialogs {
+			if err != nil {
+				return
+			}
+			_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog,
+				page.HandleJavaScriptDialogParams{Accept: true, PromptText: dashToken})
+		}
+	}()
+	tctx, cancel3 := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(cancel3)
+	return tctx
+}
+
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("BEANPOLE_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eval evaluates a JavaScript expression in the page into a T.
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+func TestDashboardInABrowser(t *testing.T) {
+	s, base := startDashboard(t)
+	ctx := browser(t)
+	c := s.dial(t)
+	fill(t, c)
+	// Some traffic in another tube, for the charts and rates.
+	mustSend(t, c, "use mail\r\n")
+	expect(t, c, "USING mail\r\n")
+	for i := range 40 {
+		put(t, c, 100, 0, 60, fmt.Sprintf("mail %d", i), uint64(7+i))
+	}
+
+	// The overview, once its script has refreshed it twice (rates need two
+	// samples).
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(`#tubes tbody tr[data-tube="q"]`),
+		chromedp.Poll[chromedp.Void](`document.getElementById("put-rate").textContent !== "–"`, chromedp.WithPollingTimeout(15*time.Second)),
+	)
+	if err != nil {
+		t.Fatalf("overview: %v", err)
+	}
+	cards := eval[map[string]string](t, ctx, `Object.fromEntries([...document.querySelectorAll("[data-stat]")].map(e => [e.dataset.stat, e.textContent]))`)
+	rows := eval[[][]string](t, ctx, `[...document.querySelectorAll("#tubes tbody tr")].map(r => [...r.cells].map(c => c.textContent))`)
+	st := stats(t, c)
+	for _, k := range []string{"current-jobs-ready", "current-jobs-reserved", "current-jobs-delayed", "current-jobs-buried", "current-connections", "total-jobs"} {
+		if cards[k] != st[k] {
+			t.Errorf("the overview shows %s = %q, stats says %q", k, cards[k], st[k])
+		}
+	}
+	shown := map[string][]string{}
+	for _, r := range rows {
+		shown[r[0]] = r
+	}
+	for _, tube := range []string{"q", "mail", "default"} {
+		ts := statsTube(t, c, tube)
+		want := []string{tube, ts["current-jobs-ready"], ts["current-jobs-delayed"], ts["current-jobs-reserved"], ts["current-jobs-buried"], ts["current-waiting"]}
+		if got := shown[tube]; len(got) < len(want) || strings.Join(got[:len(want)], " ") != strings.Join(want, " ") {
+			t.Errorf("the overview's row for %s: %q, want %q", tube, got, want)
+		}
+	}
+	if rows[0][0] != "mail" {
+		t.Errorf("the tube with most jobs is not first: %q", rows[0])
+	}
+	screenshot(t, ctx, "dashboard.png")
+
+	// The tube page: peeks and the buried list.
+	err = chromedp.Do(ctx,
+		chromedp.Click(`#tubes a[href="/tubes/q"]`),
+		chromedp.WaitVisible(`#tube-name`),
+	)
+	if err != nil {
+		t.Fatalf("tube page: %v", err)
+	}
+	peeks := eval[map[string]string](t, ctx, `Object.fromEntries([...document.querySelectorAll(".peek")].map(p => [p.id, p.querySelector("pre") ? p.querySelector("pre").textContent : "none"]))`)
+	if peeks["peek-ready"] != "ready one" || peeks["peek-delayed"] != "delayed" || peeks["peek-buried"] != "buried first" {
+		t.Fatalf("peeks: %v", peeks)
+	}
+	screenshot(t, ctx, "dashboard-tube.png")
+
+	// Each action through the page's forms; the first asks for the token.
+	act := func(what string, actions ...chromedp.Action[chromedp.Void]) string {
+		t.Helper()
+		// The page an action leaves is a new one: the mark set before the
+		// last step (the click) is gone from it.
+		last := len(actions) - 1
+		steps := append(append([]chromedp.Action[chromedp.Void]{}, actions[:last]...),
+			chromedp.Evaluate[chromedp.Void](`window.beforeAction = true`), actions[last])
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			// Errors are the navigation under way: try again.
+			done, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!window.beforeAction && document.readyState === "complete"`))
+			if err == nil && done {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no new page after 15 s (%v)", what, err)
+			}
+		}
+		msg, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.getElementById("msg") || document.getElementById("error") || {}).textContent || ""`))
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return msg
+	}
+	if msg := act("kick", chromedp.SetValue(`#form-kick input[name=n]`, "1"), chromedp.Click(`#form-kick button`)); msg != "kicked 1" {
+		t.Errorf("kick: %q", msg)
+	}
+	if st := statsJob(t, c, 4); st["state"] != "ready" {
+		t.Errorf("kick in the browser: job 4 is %s", st["state"])
+	}
+	if msg := act("pause", chromedp.SetValue(`#form-pause input[name=seconds]`, "120"), chromedp.Click(`#form-pause button`)); msg != "paused for 120 s" {
+		t.Errorf("pause: %q", msg)
+	}
+	if st := statsTube(t, c, "q"); st["pause"] != "120" {
+		t.Errorf("pause in the browser: pause %s", st["pause"])
+	}
+	if msg := act("unpause", chromedp.Click(`#form-unpause button`)); msg != "unpaused" {
+		t.Errorf("unpause: %q", msg)
+	}
+	// The buried list holds job 5; kick it from its row.
+	if msg := act("kick job", chromedp.Navigate(base+"/tubes/q?state=buried"), chromedp.WaitVisible(`#jobs`),
+		chromedp.Click(`#jobs tr[data-id="5"] form[action="/jobs/5/kick"] button`)); msg != "kicked job 5" {
+		t.Errorf("kick job: %q", msg)
+	}
+	// Move job 2 from the ready list, delete job 1.
+	if msg := act("move", chromedp.Navigate(base+"/tubes/q?state=ready"), chromedp.WaitVisible(`#jobs`),
+		chromedp.SetValue(`#jobs tr[data-id="2"] input[name=tube]`, "retry"),
+		chromedp.Click(`#jobs tr[data-id="2"] form[action="/jobs/2/move"] button`)); !strings.HasPrefix(msg, "moved job 2 to retry as job ") {
+		t.Errorf("move: %q", msg)
+	}
+	if msg := act("delete", chromedp.Navigate(base+"/tubes/q?state=ready"), chromedp.WaitVisible(`#jobs`),
+		chromedp.Click(`#jobs tr[data-id="1"] form[action="/jobs/1/delete"] button`)); msg != "deleted job 1" {
+		t.Errorf("delete: %q", msg)
+	}
+	mustSend(t, c, "peek 1\r\npeek 2\r\n")
+	expect(t, c, "NOT_FOUND\r\nNOT_FOUND\r\n")
+	if st := statsTube(t, c, "retry"); st["current-jobs-ready"] != "1" {
+		t.Errorf("retry after the move: %v", st)
+	}
+	// Flush everything but the reserved job: 3 delayed, 4 and 5 ready.
+	if msg := act("flush", chromedp.SetValue(`#form-flush select`, "all"), chromedp.Click(`#form-flush button`)); msg != "flushed 3 all jobs" {
+		t.Errorf("flush: %q", msg)
+	}
+	if got := counts(t, c, "q"); got != "0/0/0/1" {
+		t.Errorf("q after the browser's flush: %s, want 0/0/0/1", got)
+	}
+}
