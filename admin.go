@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"time"
 
 	"github.com/beanpole/beanpole/codec"
 	"github.com/beanpole/beanpole/engine"
@@ -37,6 +38,12 @@ func (s statsSource) TubeNames(dst [][]byte) [][]byte { return s.eng.AppendTubeN
 
 func (s statsSource) TubeStats(name []byte, st *codec.TubeStats) bool {
 	return s.eng.StatsTube(name, st)
+}
+
+func (s statsSource) OldestReady(name []byte) (time.Duration, bool) { return s.eng.OldestReady(name) }
+
+func (s statsSource) Latency(name []byte) (wait, run engine.Histogram, ok bool) {
+	return s.eng.Latency(name)
 }
 
 // readToken reads the dashboard's token: the file's content without

@@ -6,8 +6,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/beanpole/beanpole/codec"
+	"github.com/beanpole/beanpole/engine"
 	"github.com/beanpole/beanpole/persist"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -25,6 +27,11 @@ type Source interface {
 	Binlog() (persist.Stats, bool)
 	TubeNames(dst [][]byte) [][]byte
 	TubeStats(name []byte, st *codec.TubeStats) bool
+	// OldestReady is the age of the tube's oldest ready job (0: none);
+	// Latency its histograms (see engine.Latency). Both false when the tube
+	// is gone.
+	OldestReady(name []byte) (time.Duration, bool)
+	Latency(name []byte) (wait, run engine.Histogram, ok bool)
 }
 
 // Metric names.
@@ -97,16 +104,20 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	var (
-		buf    []byte
-		ts     codec.TubeStats
-		folded int
-		other  = map[string]float64{}
-		keys   []string // other's keys in stats-tube order
+		buf         []byte
+		ts          codec.TubeStats
+		folded      int
+		other       = map[string]float64{}
+		keys        []string // other's keys in stats-tube order
+		oWait, oRun engine.Histogram
+		oOldest     time.Duration
 	)
 	for i, name := range src.TubeNames(nil) {
 		if !src.TubeStats(name, &ts) {
 			continue // gone since it was listed
 		}
+		oldest, _ := src.OldestReady(name)
+		wait, run, _ := src.Latency(name)
 		buf = codec.AppendTubeStats(buf[:0], &ts)
 		if i < c.maxTubes {
 			tube := string(name)
@@ -115,9 +126,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 					c.emitTube(ch, key, v, tube)
 				}
 			})
+			emitLatency(ch, tube, oldest, &wait, &run)
 			continue
 		}
 		folded++
+		oWait.Add(wait)
+		oRun.Add(run)
+		oOldest = max(oOldest, oldest)
 		eachStat(buf, func(key string, v float64, _ string, isNum bool) {
 			if !isNum || key == "pause" || key == "pause-time-left" {
 				return
@@ -131,10 +146,41 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, key := range keys {
 		c.emitTube(ch, key, other[key], otherTube)
 	}
+	if folded > 0 {
+		emitLatency(ch, otherTube, oOldest, &oWait, &oRun)
+	}
 	ch <- prometheus.MustNewConstMetric(
 		prometheus.NewDesc("beanstalkd_tubes_folded",
 			"Tubes summed into tube=\""+otherTube+"\" (beyond --metrics-max-tubes).", nil, nil),
 		prometheus.GaugeValue, float64(folded))
+}
+
+// What upstream cannot give, per tube (the folded tubes: the oldest of
+// their oldest, their histograms summed).
+var (
+	descOldest = prometheus.NewDesc("beanpole_tube_oldest_ready_seconds",
+		"Age of the tube's oldest ready job (0 with none).", []string{"tube"}, nil)
+	descWait = prometheus.NewDesc("beanpole_tube_ready_to_reserve_seconds",
+		"Time from a job becoming ready (put, kick, release, delay or TTR run out) to the reserve that took it.", []string{"tube"}, nil)
+	descRun = prometheus.NewDesc("beanpole_tube_reserve_to_delete_seconds",
+		"Time from a job's reserve (or last touch) to its delete by the worker holding it.", []string{"tube"}, nil)
+)
+
+func emitLatency(ch chan<- prometheus.Metric, tube string, oldest time.Duration, wait, run *engine.Histogram) {
+	ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, oldest.Seconds(), tube)
+	for _, h := range []struct {
+		d *prometheus.Desc
+		h *engine.Histogram
+	}{{descWait, wait}, {descRun, run}} {
+		buckets := make(map[float64]uint64, len(engine.LatencyBounds))
+		var n uint64
+		for i, b := range engine.LatencyBounds {
+			n += h.h.Counts[i]
+			buckets[b.Seconds()] = n
+		}
+		n += h.h.Counts[len(engine.LatencyBounds)]
+		ch <- prometheus.MustNewConstHistogram(h.d, n, h.h.Sum.Seconds(), buckets, tube)
+	}
 }
 
 func emit(ch chan<- prometheus.Metric, name, key string, v float64) {

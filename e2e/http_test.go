@@ -372,3 +372,61 @@ func TestHTTPCountsBytes(t *testing.T) {
 		t.Fatalf("read %v written %v; want %d and %d", r, w, len(in), len(usingDflt+"INSERTED 1\r\n"))
 	}
 }
+
+// What upstream cannot give: the age of a tube's oldest ready job, and
+// histograms of the time from ready to reserve and from reserve to delete,
+// for each tube, the folded ones summed into _other.
+func TestHTTPLatencyAndOldestReady(t *testing.T) {
+	skipUnlessBeanpole(t, "--http is beanpole's")
+	t.Parallel()
+	s, base := startHTTPServer(t, "--metrics-max-tubes", "2")
+	c := s.dial(t)
+	mustSend(t, c, "use a\r\nwatch a\r\nignore default\r\n")
+	expect(t, c, "USING a\r\nWATCHING 2\r\nWATCHING 1\r\n")
+	start := time.Now()
+	put(t, c, 0, 0, 60, "old", 1)
+	put(t, c, 0, 0, 60, "next", 2)
+	time.Sleep(1100 * time.Millisecond)
+	mustSend(t, c, "reserve\r\n")
+	expect(t, c, "RESERVED 1 3\r\nold\r\n")
+	mustSend(t, c, "delete 1\r\n")
+	expect(t, c, "DELETED\r\n")
+	// Tubes b and c are folded into _other: a job waits in c.
+	mustSend(t, c, "use b\r\nuse c\r\n")
+	expect(t, c, "USING b\r\nUSING c\r\n")
+	put(t, c, 0, 0, 60, "in c", 3)
+
+	fams := scrape(t, base)
+	age, ok := value(t, fams, "beanpole_tube_oldest_ready_seconds", "a")
+	if !ok || age < 1 || age > time.Since(start).Seconds()+1 {
+		t.Errorf("oldest_ready_seconds{tube=a} = %v %v, want job 2's age, over 1 s", age, ok)
+	}
+	if got, ok := value(t, fams, "beanpole_tube_oldest_ready_seconds", "_other"); !ok || got > 1 {
+		t.Errorf("oldest_ready_seconds{tube=_other} = %v %v", got, ok)
+	}
+	for _, name := range []string{"beanpole_tube_ready_to_reserve_seconds", "beanpole_tube_reserve_to_delete_seconds"} {
+		h := histogram(t, fams, name, "a")
+		if h == nil || h.GetSampleCount() != 1 {
+			t.Fatalf("%s{tube=a}: %v, want one observation", name, h)
+		}
+		if name == "beanpole_tube_ready_to_reserve_seconds" && h.GetSampleSum() < 1 {
+			t.Errorf("%s{tube=a}: sum %v, want the 1.1 s job 1 waited", name, h.GetSampleSum())
+		}
+		if histogram(t, fams, name, "_other") == nil {
+			t.Errorf("%s{tube=_other} missing", name)
+		}
+	}
+}
+
+// histogram is the histogram of family name with label tube, or nil.
+func histogram(t *testing.T, fams map[string]*dto.MetricFamily, name, tube string) *dto.Histogram {
+	t.Helper()
+	for _, m := range fams[name].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "tube" && l.GetValue() == tube {
+				return m.GetHistogram()
+			}
+		}
+	}
+	return nil
+}

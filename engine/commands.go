@@ -145,6 +145,7 @@ func (c *Client) Delete(id uint64) (bool, error) {
 		}
 	}
 	if j.state == Reserved {
+		t.observeRun(j, c.e.mono())
 		c.unlinkReserved(j)
 		j.owner = nil
 	}

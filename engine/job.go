@@ -41,8 +41,9 @@ type Job struct {
 	prev, next *Job
 
 	createdAt int64 // wall-clock ns: survives a restart, drives stats-job age
-	// deadline is monotonic ns: when a delayed job becomes ready, or when a
-	// reserved job's TTR runs out.
+	// deadline is monotonic ns: when a delayed job becomes ready, when a
+	// reserved job's TTR runs out, or since when a ready job has been ready
+	// (latency.go).
 	deadline  int64
 	buriedSeq uint64 // place in the tube's buried list, as logged
 

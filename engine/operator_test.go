@@ -220,3 +220,40 @@ func TestBrowseListsEachStateInServingOrder(t *testing.T) {
 		t.Fatal("browse of an unknown tube")
 	}
 }
+
+func TestLatencyHistogramsCountWaitsAndRuns(t *testing.T) {
+	e := New(1)
+	c, _ := newTestClient(e, 1)
+	j := put(t, c, 0, 0, "x")
+	time.Sleep(30 * time.Millisecond)
+	if got, o := c.Reserve(0); o != GotJob || got != j {
+		t.Fatalf("reserve: %v", o)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if ok, _ := c.Delete(j.ID); !ok {
+		t.Fatal("delete")
+	}
+	wait, run, ok := e.Latency([]byte("default"))
+	if !ok {
+		t.Fatal("no default tube")
+	}
+	// At least 30 ms waited: above the 25 ms bound; at least 10 ms run:
+	// above 5 ms (a loaded machine may sleep longer, never shorter).
+	above := func(h Histogram, bound int) (n uint64) {
+		for _, c := range h.Counts[bound:] {
+			n += c
+		}
+		return n
+	}
+	if above(wait, 3) != 1 || wait.Sum < 30*time.Millisecond || above(run, 2) != 1 || run.Sum < 10*time.Millisecond {
+		t.Fatalf("wait %+v, run %+v", wait, run)
+	}
+	// reserve-job of a buried job is no wait; a delete of a ready job no run.
+	j2 := put(t, c, 0, 0, "y")
+	if ok, _ := c.Delete(j2.ID); !ok {
+		t.Fatal("delete")
+	}
+	if w, r, _ := e.Latency([]byte("default")); w.Counts != wait.Counts || r.Counts != run.Counts {
+		t.Fatalf("a delete of a ready job counted: %+v %+v", w, r)
+	}
+}

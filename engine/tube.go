@@ -33,6 +33,7 @@ type Tube struct {
 	pauseDur     int64  // ns as given to pause-tube
 	pauseUntil   int64  // monotonic ns; 0 when not paused
 	buriedSeq    uint64 // last buried-list sequence handed out
+	lat          *latency
 
 	// One runtime timer per tube drives delayed→ready, TTR expiry and the
 	// end of a pause. armedAt is the earliest time it is set to fire; it is
@@ -67,6 +68,7 @@ func (t *Tube) insert(j *Job, s State, shard int) {
 	j.state = s
 	switch s {
 	case Ready:
+		j.deadline = t.e.mono() // ready since (latency.go)
 		t.ready.Push(j)
 		if urgent(j.Pri) {
 			t.urgent++
@@ -211,6 +213,9 @@ func (t *Tube) serveWaiters(now int64, shard int, cl *claims) {
 
 // reserveLocked gives j to c. Caller holds t.mu and c.mu.
 func (t *Tube) reserveLocked(j *Job, c *Client, now int64, shard int) {
+	if j.state == Ready {
+		t.observeWait(j, now)
+	}
 	j.owner = c
 	j.deadline = now + j.ttrNs()
 	j.reserves++
