@@ -224,7 +224,7 @@ func (c *Client) Close() {
 			t.remove(j, c.shard)
 			c.unlinkReserved(j)
 			j.owner = nil
-			t.insert(j, Ready, c.shard)
+			t.insertReady(j, now, c.shard)
 			t.serveWaiters(now, c.shard, &cl)
 		}
 		t.mu.Unlock()

@@ -76,7 +76,7 @@ func (e *Engine) publish(j *Job, shard int, now int64) {
 	if j.deadline != 0 { // a delayed put (Put set when it becomes ready)
 		t.insert(j, Delayed, shard)
 	} else {
-		t.insert(j, Ready, shard)
+		t.insertReady(j, now, shard)
 		if t.waiters.head != nil {
 			t.serveWaiters(now, shard, &cl)
 		}
@@ -197,7 +197,7 @@ func (c *Client) Release(id uint64, pri uint32, delay time.Duration) (bool, erro
 		j.deadline = now + int64(delay)
 		t.insert(j, Delayed, c.shard)
 	} else {
-		t.insert(j, Ready, c.shard)
+		t.insertReady(j, now, c.shard)
 		if t.waiters.head != nil {
 			t.serveWaiters(now, c.shard, &cl)
 		}
@@ -280,7 +280,7 @@ func (c *Client) kickLocked(t *Tube, j *Job) error {
 	shard := c.shard
 	t.remove(j, shard)
 	j.kicks++
-	t.insert(j, Ready, shard)
+	t.insertReady(j, c.e.mono(), shard)
 	return nil
 }
 

@@ -233,9 +233,9 @@ func (e *Engine) Restore(rec *persist.Recovered) {
 				t.insert(j, Delayed, 0)
 				break
 			}
-			t.insert(j, Ready, 0)
+			t.insertReady(j, now, 0)
 		default:
-			t.insert(j, Ready, 0)
+			t.insertReady(j, now, 0)
 		}
 		t.buriedSeq = max(t.buriedSeq, r.BuriedSeq)
 		t.mu.Unlock()

@@ -63,12 +63,18 @@ func (t *Tube) NameBytes() []byte { return t.nameBytes }
 
 func (t *Tube) paused(now int64) bool { return t.pauseUntil != 0 && now < t.pauseUntil }
 
-// insert puts j into the structure for state s and counts it. Caller holds mu.
+// insertReady makes j ready, ready since now (latency.go). Caller holds mu.
+func (t *Tube) insertReady(j *Job, now int64, shard int) {
+	j.deadline = now
+	t.insert(j, Ready, shard)
+}
+
+// insert puts j into the structure for state s and counts it; a ready job
+// goes in through insertReady. Caller holds mu.
 func (t *Tube) insert(j *Job, s State, shard int) {
 	j.state = s
 	switch s {
 	case Ready:
-		j.deadline = t.e.mono() // ready since (latency.go)
 		t.ready.Push(j)
 		if urgent(j.Pri) {
 			t.urgent++
@@ -150,7 +156,7 @@ func (t *Tube) fire() {
 	t.armedAt = never
 	for j := t.delay.Top(); j != nil && j.deadline <= now; j = t.delay.Top() {
 		t.remove(j, shard)
-		t.insert(j, Ready, shard)
+		t.insertReady(j, now, shard)
 	}
 	for j := t.ttr.Top(); j != nil && j.deadline <= now; j = t.ttr.Top() {
 		t.remove(j, shard)
@@ -158,7 +164,7 @@ func (t *Tube) fire() {
 		j.owner = nil
 		j.timeouts++
 		t.e.ctr.add(shard, cJobTimeouts, 1)
-		t.insert(j, Ready, shard)
+		t.insertReady(j, now, shard)
 	}
 	if t.pauseUntil != 0 && now >= t.pauseUntil {
 		t.pauseUntil, t.pauseDur = 0, 0
