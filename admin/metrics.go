@@ -28,8 +28,8 @@ type Source interface {
 	TubeNames(dst [][]byte) [][]byte
 	TubeStats(name []byte, st *codec.TubeStats) bool
 	// OldestReady is the age of the tube's oldest ready job (0: none);
-	// Latency its histograms (see engine.Latency). Both false when the tube
-	// is gone.
+	// Latency its histograms (see engine.Latency), false until the tube's
+	// first reserve: an idle tube costs no histogram series.
 	OldestReady(name []byte) (time.Duration, bool)
 	Latency(name []byte) (wait, run engine.Histogram, ok bool)
 }
@@ -111,13 +111,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		keys        []string // other's keys in stats-tube order
 		oWait, oRun engine.Histogram
 		oOldest     time.Duration
+		oLat        bool
 	)
 	for i, name := range src.TubeNames(nil) {
 		if !src.TubeStats(name, &ts) {
 			continue // gone since it was listed
 		}
 		oldest, _ := src.OldestReady(name)
-		wait, run, _ := src.Latency(name)
+		wait, run, lat := src.Latency(name)
 		buf = codec.AppendTubeStats(buf[:0], &ts)
 		if i < c.maxTubes {
 			tube := string(name)
@@ -126,13 +127,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 					c.emitTube(ch, key, v, tube)
 				}
 			})
-			emitLatency(ch, tube, oldest, &wait, &run)
+			emitLatency(ch, tube, oldest, lat, &wait, &run)
 			continue
 		}
 		folded++
 		oWait.Add(wait)
 		oRun.Add(run)
 		oOldest = max(oOldest, oldest)
+		oLat = oLat || lat
 		eachStat(buf, func(key string, v float64, _ string, isNum bool) {
 			if !isNum || key == "pause" || key == "pause-time-left" {
 				return
@@ -147,7 +149,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		c.emitTube(ch, key, other[key], otherTube)
 	}
 	if folded > 0 {
-		emitLatency(ch, otherTube, oOldest, &oWait, &oRun)
+		emitLatency(ch, otherTube, oOldest, oLat, &oWait, &oRun)
 	}
 	ch <- prometheus.MustNewConstMetric(
 		prometheus.NewDesc("beanstalkd_tubes_folded",
@@ -166,8 +168,11 @@ var (
 		"Time from a job's reserve (or last touch) to its delete by the worker holding it.", []string{"tube"}, nil)
 )
 
-func emitLatency(ch chan<- prometheus.Metric, tube string, oldest time.Duration, wait, run *engine.Histogram) {
+func emitLatency(ch chan<- prometheus.Metric, tube string, oldest time.Duration, lat bool, wait, run *engine.Histogram) {
 	ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, oldest.Seconds(), tube)
+	if !lat {
+		return
+	}
 	for _, h := range []struct {
 		d *prometheus.Desc
 		h *engine.Histogram

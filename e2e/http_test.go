@@ -375,7 +375,8 @@ func TestHTTPCountsBytes(t *testing.T) {
 
 // What upstream cannot give: the age of a tube's oldest ready job, and
 // histograms of the time from ready to reserve and from reserve to delete,
-// for each tube, the folded ones summed into _other.
+// for each tube that has had a job reserved, the folded ones summed into
+// _other.
 func TestHTTPLatencyAndOldestReady(t *testing.T) {
 	skipUnlessBeanpole(t, "--http is beanpole's")
 	t.Parallel()
@@ -395,6 +396,9 @@ func TestHTTPLatencyAndOldestReady(t *testing.T) {
 	mustSend(t, c, "use b\r\nuse c\r\n")
 	expect(t, c, "USING b\r\nUSING c\r\n")
 	put(t, c, 0, 0, 60, "in c", 3)
+	put(t, c, 0, 0, 60, "done in c", 4)
+	mustSend(t, c, "reserve-job 4\r\ndelete 4\r\n")
+	expect(t, c, "RESERVED 4 9\r\ndone in c\r\nDELETED\r\n")
 
 	fams := scrape(t, base)
 	age, ok := value(t, fams, "beanpole_tube_oldest_ready_seconds", "a")
@@ -414,6 +418,10 @@ func TestHTTPLatencyAndOldestReady(t *testing.T) {
 		}
 		if histogram(t, fams, name, "_other") == nil {
 			t.Errorf("%s{tube=_other} missing", name)
+		}
+		// A tube that never had a job reserved costs no histogram series.
+		if histogram(t, fams, name, "default") != nil {
+			t.Errorf("%s{tube=default}: a histogram for a tube with no reserve", name)
 		}
 	}
 }

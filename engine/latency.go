@@ -71,16 +71,16 @@ func (t *Tube) observeRun(j *Job, now int64) {
 }
 
 // Latency reads the named tube's histograms; ok is false when the tube
-// does not exist.
+// does not exist or has not had a job reserved yet.
 func (e *Engine) Latency(tube []byte) (wait, run Histogram, ok bool) {
 	t := e.reg.lookup(tube)
 	if t == nil {
 		return wait, run, false
 	}
 	t.mu.Lock()
-	if t.lat != nil {
+	if ok = t.lat != nil; ok {
 		wait, run = t.lat.wait, t.lat.run
 	}
 	t.mu.Unlock()
-	return wait, run, true
+	return wait, run, ok
 }
