@@ -50,3 +50,27 @@ func TestCumulativeKeysAreCounters(t *testing.T) {
 		}
 	}
 }
+
+// The tube series are read from the struct, not from the reply: they must
+// be the reply's numeric keys, in its order, with its values.
+func TestTubeKeysAreStatsTube(t *testing.T) {
+	st := &codec.TubeStats{Name: []byte("t"), CurrentJobsUrgent: 1, CurrentJobsReady: 2, CurrentJobsReserved: 3,
+		CurrentJobsDelayed: 4, CurrentJobsBuried: 5, TotalJobs: 6, CurrentUsing: 7, CurrentWatching: 8,
+		CurrentWaiting: 9, CmdDelete: 10, CmdPauseTube: 11, Pause: 12, PauseTimeLeft: 13}
+	var keys []string
+	var vals []float64
+	eachStat(codec.AppendTubeStats(nil, st), func(key string, v float64, _ string, isNum bool) {
+		if isNum {
+			keys = append(keys, key)
+			vals = append(vals, v)
+		}
+	})
+	if len(keys) != len(tubeKeys) {
+		t.Fatalf("stats-tube has %d numeric keys, tubeKeys %d", len(keys), len(tubeKeys))
+	}
+	for i, k := range tubeKeys {
+		if k.key != keys[i] || float64(k.get(st)) != vals[i] {
+			t.Errorf("tubeKeys[%d] = %s %v, stats-tube has %s %v", i, k.key, k.get(st), keys[i], vals[i])
+		}
+	}
+}
