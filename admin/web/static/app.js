@@ -7,11 +7,12 @@ const HISTORY = 150; // samples: 5 minutes at one every 2 s
 const PERIOD = 2000;
 const samples = [];
 
+// fmtDur is the server's fmtDur: "42s", "2m50s", "1h5m".
 function fmtDur(s) {
   s = Math.round(s);
   if (s < 60) return s + "s";
-  const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
-  return (h ? h + "h" : "") + (h || m ? m + "m" : "") + (h ? "" : r + "s");
+  if (s < 3600) return Math.floor(s / 60) + "m" + (s % 60) + "s";
+  return Math.floor(s / 3600) + "h" + Math.floor((s % 3600) / 60) + "m";
 }
 
 function rate(now, prev, get) {
