@@ -90,6 +90,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		prometheus.NewDesc("beanpole_connections_refused_total",
 			"Connections closed as soon as accepted: out of descriptors, or keeping the last ones for the binlog.", nil, nil),
 		prometheus.CounterValue, float64(src.Refused()))
+	ch <- prometheus.MustNewConstMetric(
+		prometheus.NewDesc("beanpole_connections_closed_total",
+			"Connections served and since closed (total-connections less current-connections).", nil, nil),
+		prometheus.CounterValue, float64(st.TotalConnections-st.CurrentConnections))
 	in, out := src.Bytes()
 	ch <- prometheus.MustNewConstMetric(
 		prometheus.NewDesc("beanpole_read_bytes_total", "Protocol bytes read from clients and consumed.", nil, nil),

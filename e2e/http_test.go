@@ -438,3 +438,27 @@ func histogram(t *testing.T, fams map[string]*dto.MetricFamily, name, tube strin
 	}
 	return nil
 }
+
+// Connections opened (beanstalkd_total_connections) and closed.
+func TestHTTPCountsClosedConnections(t *testing.T) {
+	skipUnlessBeanpole(t, "--http is beanpole's")
+	t.Parallel()
+	s, base := startHTTPServer(t)
+	s.dial(t) // stays open
+	for range 3 {
+		c := s.dial(t)
+		mustSend(t, c, "quit\r\n")
+		expectClosed(t, c)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		fams := scrape(t, base)
+		closed, _ := value(t, fams, "beanpole_connections_closed_total", "")
+		total, _ := value(t, fams, "beanstalkd_total_connections", "")
+		if closed == 3 && total == 4 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("closed %v of %v connections, want 3 of 4", closed, total)
+		}
+	}
+}
