@@ -91,20 +91,15 @@ func (o *Operator) Kick(tube string, n uint32) (k uint32, err error) {
 }
 
 // KickJob makes one buried or delayed job ready.
-func (o *Operator) KickJob(id uint64) error {
-	return o.do(func(c *Client) error {
-		ok, err := c.KickJob(id)
-		if !ok && err == nil {
-			return whyNot(c.e, id)
-		}
-		return err
-	})
-}
+func (o *Operator) KickJob(id uint64) error { return o.onJob(id, (*Client).KickJob) }
 
 // Delete deletes one ready, delayed or buried job.
-func (o *Operator) Delete(id uint64) error {
+func (o *Operator) Delete(id uint64) error { return o.onJob(id, (*Client).Delete) }
+
+// onJob runs a command on job id, saying why when it found nothing to do.
+func (o *Operator) onJob(id uint64, cmd func(*Client, uint64) (bool, error)) error {
 	return o.do(func(c *Client) error {
-		ok, err := c.Delete(id)
+		ok, err := cmd(c, id)
 		if !ok && err == nil {
 			return whyNot(c.e, id)
 		}
