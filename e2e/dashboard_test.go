@@ -240,9 +240,19 @@ func TestDashboardActionsSurviveARestart(t *testing.T) {
 	s, base := startDashboard(t, "-b", dir)
 	c := s.dial(t)
 	fill(t, c)
-	post(t, base, "/tubes/q/flush", withToken("state", "buried"))
-	post(t, base, "/jobs/2/move", withToken("tube", "retry"))
-	post(t, base, "/jobs/1/delete", withToken())
+	for _, a := range []struct {
+		path string
+		form url.Values
+		loc  string
+	}{
+		{"/tubes/q/flush", withToken("state", "buried"), "/tubes/q?msg=flushed+2+buried+jobs"},
+		{"/jobs/2/move", withToken("tube", "retry"), "/tubes/q?msg=moved+job+2+to+retry+as+job+7"},
+		{"/jobs/1/delete", withToken(), "/tubes/q?msg=deleted+job+1"},
+	} {
+		if code, loc, msg := post(t, base, a.path, a.form); code != http.StatusSeeOther || loc != a.loc {
+			t.Fatalf("%s: %d %q %q, want 303 to %q", a.path, code, loc, msg, a.loc)
+		}
+	}
 	s.stop() // kill -9: the actions were durable when they answered
 
 	s2 := startServer(t, "-b", dir)
