@@ -1606,6 +1606,7 @@ type rSnapshot struct {
 func (w *rworld) waitQuiescent(t *testing.T, ctl *conn) rSnapshot {
 	t.Helper()
 	deadline := time.Now().Add(rPatience)
+	var settled map[string]string // the last snapshot that looked quiescent
 	for {
 		var snap rSnapshot
 		w.mu.Lock()
@@ -1615,7 +1616,16 @@ func (w *rworld) waitQuiescent(t *testing.T, ctl *conn) rSnapshot {
 		st := w.ctlStats(t, ctl)
 		snap.stats = st
 		if st["current-connections"] == "1" && st["current-jobs-reserved"] == "0" && st["current-jobs-delayed"] == "0" {
-			return snap
+			// stats sums per-loop counters one after the other, so a
+			// connection closing at that moment can be seen gone while
+			// the job it held is between reserved and ready: only the
+			// same job counts twice in a row are the server at rest.
+			if settled != nil && sameJobCounts(settled, st) {
+				return snap
+			}
+			settled = st
+		} else {
+			settled = nil
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("after every worker connection closed, the server did not settle within %v: connections %s, reserved %s, delayed %s",
@@ -1623,6 +1633,16 @@ func (w *rworld) waitQuiescent(t *testing.T, ctl *conn) rSnapshot {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// sameJobCounts: two stats replies give the same job counts.
+func sameJobCounts(a, b map[string]string) bool {
+	for _, k := range []string{"current-jobs-urgent", "current-jobs-ready", "current-jobs-reserved", "current-jobs-delayed", "current-jobs-buried"} {
+		if a[k] != b[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // ctlPipeline sends commands on the control connection in pipelined
