@@ -134,6 +134,14 @@ type tubeRow struct {
 
 func (t *tubeRow) jobs() uint64 { return t.Ready + t.Delayed + t.Reserved + t.Buried }
 
+// rowOf is a tube's row from its stats-tube figures.
+func rowOf(name string, ts *codec.TubeStats) tubeRow {
+	return tubeRow{Name: name, Ready: ts.CurrentJobsReady, Urgent: ts.CurrentJobsUrgent,
+		Delayed: ts.CurrentJobsDelayed, Reserved: ts.CurrentJobsReserved, Buried: ts.CurrentJobsBuried,
+		Waiting: ts.CurrentWaiting, Using: ts.CurrentUsing, Watching: ts.CurrentWatching,
+		TotalJobs: ts.TotalJobs, CmdDelete: ts.CmdDelete, Pause: ts.Pause, PauseLeft: ts.PauseTimeLeft}
+}
+
 type overviewData struct {
 	Time       int64          `json:"time_ms"`
 	Server     map[string]any `json:"server"`
@@ -168,10 +176,7 @@ func (d *dashboard) snapshot(src *sources, tubes int) overviewData {
 		if !src.stats.TubeStats(n, &ts) {
 			continue
 		}
-		rows = append(rows, tubeRow{Name: string(n), Ready: ts.CurrentJobsReady, Urgent: ts.CurrentJobsUrgent,
-			Delayed: ts.CurrentJobsDelayed, Reserved: ts.CurrentJobsReserved, Buried: ts.CurrentJobsBuried,
-			Waiting: ts.CurrentWaiting, Using: ts.CurrentUsing, Watching: ts.CurrentWatching,
-			TotalJobs: ts.TotalJobs, CmdDelete: ts.CmdDelete, Pause: ts.Pause, PauseLeft: ts.PauseTimeLeft})
+		rows = append(rows, rowOf(string(n), &ts))
 	}
 	slices.SortStableFunc(rows, func(a, b tubeRow) int {
 		if c := cmp.Compare(b.jobs(), a.jobs()); c != 0 {
@@ -233,11 +238,7 @@ func (d *dashboard) tube(w http.ResponseWriter, r *http.Request, src *sources) {
 		d.fail(w, http.StatusNotFound, fmt.Sprintf("no tube %q", name))
 		return
 	}
-	p := tubePage{Tube: tubeRow{Name: name, Ready: ts.CurrentJobsReady, Urgent: ts.CurrentJobsUrgent,
-		Delayed: ts.CurrentJobsDelayed, Reserved: ts.CurrentJobsReserved, Buried: ts.CurrentJobsBuried,
-		Waiting: ts.CurrentWaiting, Using: ts.CurrentUsing, Watching: ts.CurrentWatching,
-		TotalJobs: ts.TotalJobs, CmdDelete: ts.CmdDelete, Pause: ts.Pause, PauseLeft: ts.PauseTimeLeft},
-		State: "buried", Page: 1, Msg: r.URL.Query().Get("msg"), ReadOnly: d.token == nil}
+	p := tubePage{Tube: rowOf(name, &ts), State: "buried", Page: 1, Msg: r.URL.Query().Get("msg"), ReadOnly: d.token == nil}
 	if age, ok := src.eng.OldestReady([]byte(name)); ok {
 		p.Tube.OldestReady = age.Seconds()
 	}

@@ -54,9 +54,9 @@ type Source interface {
 // otherTube labels the sum of the folded tubes.
 const otherTube = "_other"
 
-// collector takes one snapshot per scrape.
+// collector takes one snapshot per scrape, from the server's sources.
 type collector struct {
-	src      atomic.Pointer[Source]
+	src      *atomic.Pointer[sources]
 	maxTubes int
 }
 
@@ -69,7 +69,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if p == nil {
 		return
 	}
-	src := *p
+	src := p.stats
 	var st codec.ServerStats
 	src.ServerStats(&st)
 	info := map[string]string{}

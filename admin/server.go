@@ -56,7 +56,6 @@ type Server struct {
 	ln    net.Listener
 	http  *http.Server
 	state atomic.Int32
-	col   *collector
 	src   atomic.Pointer[sources]
 	log   zerolog.Logger
 }
@@ -68,9 +67,9 @@ func Listen(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ln: ln, log: opts.Log, col: &collector{maxTubes: opts.MaxTubes}}
+	s := &Server{ln: ln, log: opts.Log}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(s.col)
+	reg.MustRegister(&collector{src: &s.src, maxTubes: opts.MaxTubes})
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: promLogger{opts.Log}})
 
 	mux := http.NewServeMux()
@@ -85,7 +84,7 @@ func Listen(opts Options) (*Server, error) {
 		_, _ = w.Write([]byte(stateText[st]))
 	})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		if s.col.src.Load() == nil {
+		if s.src.Load() == nil {
 			http.Error(w, stateText[Starting], http.StatusServiceUnavailable)
 			return
 		}
@@ -129,7 +128,6 @@ func (s *Server) Close() {
 // dashboard the engine its actions change; call it once the server serves.
 func (s *Server) SetSource(src Source, eng *engine.Engine) {
 	if s != nil {
-		s.col.src.Store(&src)
 		s.src.Store(&sources{stats: src, eng: eng, op: eng.NewOperator()})
 	}
 }

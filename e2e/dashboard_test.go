@@ -7,6 +7,7 @@ package e2e
 // action did survives a restart.
 
 import (
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -48,17 +49,12 @@ func post(t *testing.T, base, path string, form url.Values, hdr ...string) (int,
 		t.Fatalf("POST %s: %v", path, err)
 	}
 	defer resp.Body.Close()
-	var b strings.Builder
-	buf := make([]byte, 4096)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
 	}
 	msg := ""
-	if _, rest, ok := strings.Cut(b.String(), `id="error">`); ok {
+	if _, rest, ok := strings.Cut(string(b), `id="error">`); ok {
 		msg, _, _ = strings.Cut(rest, "<")
 	}
 	return resp.StatusCode, resp.Header.Get("Location"), msg

@@ -68,29 +68,32 @@ func scrape(t *testing.T, base string) map[string]*dto.MetricFamily {
 	return fams
 }
 
-// value is the sample of family name with label tube (or none).
-func value(t *testing.T, fams map[string]*dto.MetricFamily, name, tube string) (float64, bool) {
-	t.Helper()
-	f := fams[name]
-	if f == nil {
-		return 0, false
-	}
-	for _, m := range f.GetMetric() {
+// metric is the sample of family name with label tube ("": none), or nil.
+func metric(fams map[string]*dto.MetricFamily, name, tube string) *dto.Metric {
+	for _, m := range fams[name].GetMetric() {
 		got := ""
 		for _, l := range m.GetLabel() {
 			if l.GetName() == "tube" {
 				got = l.GetValue()
 			}
 		}
-		if got != tube {
-			continue
+		if got == tube {
+			return m
 		}
-		switch {
-		case m.GetCounter() != nil:
-			return m.GetCounter().GetValue(), true
-		case m.GetGauge() != nil:
-			return m.GetGauge().GetValue(), true
-		}
+	}
+	return nil
+}
+
+// value is the counter's or gauge's value of family name with label tube
+// (or none).
+func value(t *testing.T, fams map[string]*dto.MetricFamily, name, tube string) (float64, bool) {
+	t.Helper()
+	m := metric(fams, name, tube)
+	switch {
+	case m.GetCounter() != nil:
+		return m.GetCounter().GetValue(), true
+	case m.GetGauge() != nil:
+		return m.GetGauge().GetValue(), true
 	}
 	return 0, false
 }
@@ -409,34 +412,26 @@ func TestHTTPLatencyAndOldestReady(t *testing.T) {
 		t.Errorf("oldest_ready_seconds{tube=_other} = %v %v", got, ok)
 	}
 	for _, name := range []string{"beanpole_tube_ready_to_reserve_seconds", "beanpole_tube_reserve_to_delete_seconds"} {
-		h := histogram(t, fams, name, "a")
+		h := histogram(fams, name, "a")
 		if h == nil || h.GetSampleCount() != 1 {
 			t.Fatalf("%s{tube=a}: %v, want one observation", name, h)
 		}
 		if name == "beanpole_tube_ready_to_reserve_seconds" && h.GetSampleSum() < 1 {
 			t.Errorf("%s{tube=a}: sum %v, want the 1.1 s job 1 waited", name, h.GetSampleSum())
 		}
-		if histogram(t, fams, name, "_other") == nil {
+		if histogram(fams, name, "_other") == nil {
 			t.Errorf("%s{tube=_other} missing", name)
 		}
 		// A tube that never had a job reserved costs no histogram series.
-		if histogram(t, fams, name, "default") != nil {
+		if histogram(fams, name, "default") != nil {
 			t.Errorf("%s{tube=default}: a histogram for a tube with no reserve", name)
 		}
 	}
 }
 
 // histogram is the histogram of family name with label tube, or nil.
-func histogram(t *testing.T, fams map[string]*dto.MetricFamily, name, tube string) *dto.Histogram {
-	t.Helper()
-	for _, m := range fams[name].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "tube" && l.GetValue() == tube {
-				return m.GetHistogram()
-			}
-		}
-	}
-	return nil
+func histogram(fams map[string]*dto.MetricFamily, name, tube string) *dto.Histogram {
+	return metric(fams, name, tube).GetHistogram()
 }
 
 // Connections opened (beanstalkd_total_connections) and closed.

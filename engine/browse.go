@@ -31,7 +31,7 @@ const MaxBrowse = 100_000
 func (e *Engine) view(j *Job, now int64, head int) JobView {
 	body := j.Body[:len(j.Body)-2]
 	v := JobView{ID: j.ID, Tube: j.Tube.Name, State: j.state, Pri: j.Pri,
-		Age:   time.Duration(max(e.baseWall+now-j.createdAt, 0)),
+		Age:   time.Duration(e.age(j, now)),
 		Delay: time.Duration(j.delay) * time.Second, TTR: time.Duration(j.ttrNs()),
 		Counters: j.counters(),
 		Size:     len(body), Head: slices.Clone(body[:min(len(body), head)])}
@@ -165,5 +165,5 @@ func (e *Engine) OldestReady(tube []byte) (time.Duration, bool) {
 	if oldest == 0 {
 		return 0, true
 	}
-	return time.Duration(max(e.baseWall+now-oldest, 0)), true
+	return time.Duration(max(e.wall(now)-oldest, 0)), true
 }

@@ -16,8 +16,9 @@ import (
 // run one at a time.
 //
 // The operator is a client of its own on the timers' shard: it is not a
-// connection (no current-connections, no tube used or watched), and its
-// changes are not counted as commands (cmd-delete, cmd-kick, ...).
+// connection (no current-connections; no tube used or watched, but for
+// the target of a move while the move runs), and its changes are not
+// counted as commands (cmd-delete, cmd-kick, ...).
 type Operator struct {
 	mu   sync.Mutex
 	c    *Client

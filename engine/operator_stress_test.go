@@ -62,8 +62,7 @@ func operatorChurn(t *testing.T, journaled bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			seed := uint32(g*7919 + 1)
-			rnd := func(n uint32) uint32 { seed = seed*1664525 + 1013904223; return (seed >> 8) % n }
+			rnd := lcg(uint32(g*7919 + 1))
 			c, ch := newTestClient(e, 1+g)
 			c.Watch([]byte(tubes[1+g%3]))
 			var held []uint64
@@ -129,8 +128,7 @@ func operatorChurn(t *testing.T, journaled bool) {
 	go func() { // the operator
 		defer wg.Done()
 		op := e.NewOperator()
-		seed := uint32(4242)
-		rnd := func(n uint32) uint32 { seed = seed*1664525 + 1013904223; return (seed >> 8) % n }
+		rnd := lcg(4242)
 		for !stop.Load() {
 			tube := tubes[rnd(4)]
 			id := recent[rnd(64)].Load()

@@ -147,6 +147,12 @@ func TestReviewTakeReadsPriWithoutLock(t *testing.T) {
 	wg.Wait()
 }
 
+// lcg is a small deterministic random source for one test goroutine:
+// rnd(n) is in [0, n).
+func lcg(seed uint32) func(n uint32) uint32 {
+	return func(n uint32) uint32 { seed = seed*1664525 + 1013904223; return (seed >> 8) % n }
+}
+
 // TestReviewInvariantsUnderChurn hammers the engine from several goroutines
 // (puts, parked and timed reserves, release with new pri/delay, bury, kick,
 // delete, watch/ignore, close and reconnect), then quiesces and checks that
@@ -160,8 +166,7 @@ func TestReviewInvariantsUnderChurn(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			seed := uint32(g*7919 + 1)
-			rnd := func(n uint32) uint32 { seed = seed*1664525 + 1013904223; return (seed >> 8) % n }
+			rnd := lcg(uint32(g*7919 + 1))
 			c, ch := newTestClient(e, 1+g)
 			var held []uint64
 			for !stop.Load() {

@@ -12,13 +12,12 @@ func (e *Engine) StatsJob(id uint64, st *codec.JobStats) bool {
 	}
 	t := j.Tube
 	now := e.mono()
-	wall := e.base.UnixNano() + now
 	*st = codec.JobStats{
 		ID:       j.ID,
 		Tube:     t.nameBytes,
 		State:    j.state.String(),
 		Pri:      j.Pri,
-		Age:      uint64(max(wall-j.createdAt, 0) / second),
+		Age:      uint64(e.age(j, now) / second),
 		Delay:    uint64(j.delay),
 		TTR:      uint64(j.ttr),
 		Reserves: uint64(j.reserves), Timeouts: uint64(j.timeouts),
@@ -31,6 +30,9 @@ func (e *Engine) StatsJob(id uint64, st *codec.JobStats) bool {
 	st.File = e.fileOf(id)
 	return true
 }
+
+// age is how long ago j was put, in ns (stats-job age).
+func (e *Engine) age(j *Job, now int64) int64 { return max(e.wall(now)-j.createdAt, 0) }
 
 // StatsTube fills st for the named tube; false when it does not exist.
 func (e *Engine) StatsTube(name []byte, st *codec.TubeStats) bool {

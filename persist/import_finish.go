@@ -55,11 +55,8 @@ func finishImport(fsys FS, dir string, log zerolog.Logger) error {
 		if err := checkArchive(dir, set); err != nil {
 			return err
 		}
-		for _, seq := range set {
-			if err := fsys.Rename(join(dir, segName(seq)), join(archive, segName(seq))); err != nil {
-				return importErr(err)
-			}
-			crashPoint("archiving")
+		if err := moveSegments(fsys, dir, archive, set, "archiving"); err != nil {
+			return err
 		}
 		if err := fsys.SyncDir(archive); err != nil {
 			return importErr(err)
@@ -77,11 +74,8 @@ func finishImport(fsys FS, dir string, log zerolog.Logger) error {
 	if err != nil {
 		return importErr(err)
 	}
-	for _, seq := range staged {
-		if err := fsys.Rename(join(staging, segName(seq)), join(dir, segName(seq))); err != nil {
-			return importErr(err)
-		}
-		crashPoint("installing")
+	if err := moveSegments(fsys, staging, dir, staged, "installing"); err != nil {
+		return err
 	}
 	if err := fsys.SyncDir(dir); err != nil {
 		return importErr(err)
@@ -110,4 +104,16 @@ func finishImport(fsys FS, dir string, log zerolog.Logger) error {
 		return importErr(err)
 	}
 	return importErr(fsys.SyncDir(dir))
+}
+
+// moveSegments renames binlog.N for each N of seqs, in order, from one
+// directory to another; the crash tests may stop it after each rename.
+func moveSegments(fsys FS, from, to string, seqs []uint64, step string) error {
+	for _, seq := range seqs {
+		if err := fsys.Rename(join(from, segName(seq)), join(to, segName(seq))); err != nil {
+			return importErr(err)
+		}
+		crashPoint(step)
+	}
+	return nil
 }
