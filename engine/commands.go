@@ -28,11 +28,13 @@ func (c *Client) Put(id uint64, pri uint32, delay, ttr time.Duration, body []byt
 	if !c.e.charge(c.shard, cost) {
 		return nil, ErrNoMemory
 	}
-	wall := time.Now()
-	now := int64(wall.Sub(c.e.base))
+	// One clock read: the creation time is the engine's monotonic clock
+	// on its wall-clock base (journal.go), which is also what stats-job's
+	// age is measured against.
+	now := c.e.mono()
 	t := c.use
 	j := &Job{ID: id, Tube: t, Body: body, Pri: pri, heapIndex: -1,
-		delay: seconds(delay), ttr: seconds(ttr), createdAt: wall.UnixNano()}
+		delay: seconds(delay), ttr: seconds(ttr), createdAt: c.e.wall(now)}
 	if delay > 0 {
 		j.deadline = now + int64(delay)
 	}

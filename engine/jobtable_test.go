@@ -68,3 +68,17 @@ func TestJobFillsItsSizeClass(t *testing.T) {
 		t.Fatalf("Job is %d bytes, want 128", n)
 	}
 }
+
+func TestJobHeapKeysShareTheFirstCacheLine(t *testing.T) {
+	var j Job
+	for name, end := range map[string]uintptr{
+		"ID":        unsafe.Offsetof(j.ID) + unsafe.Sizeof(j.ID),
+		"Pri":       unsafe.Offsetof(j.Pri) + unsafe.Sizeof(j.Pri),
+		"heapIndex": unsafe.Offsetof(j.heapIndex) + unsafe.Sizeof(j.heapIndex),
+		"deadline":  unsafe.Offsetof(j.deadline) + unsafe.Sizeof(j.deadline),
+	} {
+		if end > 64 {
+			t.Errorf("Job.%s ends at byte %d, past the first cache line", name, end)
+		}
+	}
+}

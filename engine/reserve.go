@@ -46,16 +46,19 @@ const (
 // returns Parked, and the Waker is called exactly once with the answer.
 func (c *Client) Reserve(timeout time.Duration) (*Job, Outcome) {
 	now := c.e.mono()
+	j, anyReady := c.take(now)
+	if j != nil {
+		return j, GotJob
+	}
+	// Only a reserve that found no job needs the TTR margin, and finding it
+	// walks every job the client holds: a worker pipelining reserves holds
+	// many.
 	soonest, holding := c.soonestDeadline()
 	margin := int64(never)
 	inMargin := false
 	if holding {
 		margin = soonest - Margin
 		inMargin = now >= margin
-	}
-	j, anyReady := c.take(now)
-	if j != nil {
-		return j, GotJob
 	}
 	// Upstream answers DEADLINE_SOON only when no watched tube has a ready
 	// job (pause ignored), so a worker inside its margin can still take
