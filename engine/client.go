@@ -27,7 +27,6 @@ const (
 // which timers and other loops also change.
 type Client struct {
 	e     *Engine
-	shard int
 	waker Waker
 
 	use      *Tube
@@ -38,10 +37,10 @@ type Client struct {
 	reserved  *Job // head of the list of jobs reserved by this client
 	nReserved int32
 	closed    bool
-	// The loop's own flags, packed beside closed (separate bytes, so no
-	// sharing) to keep a Client at 112 bytes.
-	producer bool
-	worker   bool
+	// The loop's own fields, packed beside closed (separate bytes, so no
+	// sharing) to keep a Client at 104 bytes (TestClientFitsIn104Bytes).
+	roles uint8  // producer, worker: counted in current-producers/-workers
+	shard uint16 // the loop's counter shard
 
 	// The rest exists only for connections that need it, so that an idle
 	// connection costs as little as possible (hundreds of thousands of
@@ -71,7 +70,17 @@ const Margin = int64(time.Second)
 // NewClient registers a connection. shard is the caller's event loop index
 // (1-based; 0 is the timers' shard).
 func (e *Engine) NewClient(shard int, w Waker) *Client {
-	c := &Client{e: e, shard: shard, waker: w}
+	c := new(Client)
+	e.InitClient(c, shard, w)
+	return c
+}
+
+// InitClient registers a connection whose Client lives inside the caller's
+// own per-connection state (one allocation per connection instead of two:
+// idle connections are counted in hundreds of thousands). c must be zero
+// and must not move or be copied afterwards.
+func (e *Engine) InitClient(c *Client, shard int, w Waker) {
+	c.e, c.shard, c.waker = e, uint16(shard), w
 	if e.jl != nil {
 		c.journalState = &journalState{}
 		c.wakeAt.Store(noWake)
@@ -81,8 +90,13 @@ func (e *Engine) NewClient(shard int, w Waker) *Client {
 	c.watch = c.watchBuf[:1]
 	e.ctr.add(shard, cConnections, 1)
 	e.ctr.add(shard, cTotalConnections, 1)
-	return c
 }
+
+// Client.roles bits.
+const (
+	producer uint8 = 1 << iota
+	worker
+)
 
 // Used is the tube put and peek-* work on.
 func (c *Client) Used() *Tube { return c.use }
@@ -92,17 +106,17 @@ func (c *Client) Watched() []*Tube { return c.watch }
 
 // MarkProducer counts the connection in current-producers from now on.
 func (c *Client) MarkProducer() {
-	if !c.producer {
-		c.producer = true
-		c.e.ctr.add(c.shard, cProducers, 1)
+	if c.roles&producer == 0 {
+		c.roles |= producer
+		c.e.ctr.add(int(c.shard), cProducers, 1)
 	}
 }
 
 // MarkWorker counts the connection in current-workers from now on.
 func (c *Client) MarkWorker() {
-	if !c.worker {
-		c.worker = true
-		c.e.ctr.add(c.shard, cWorkers, 1)
+	if c.roles&worker == 0 {
+		c.roles |= worker
+		c.e.ctr.add(int(c.shard), cWorkers, 1)
 	}
 }
 
@@ -221,11 +235,11 @@ func (c *Client) Close() {
 		var cl claims
 		t.mu.Lock()
 		if j.owner == c && j.state == Reserved {
-			t.remove(j, c.shard)
+			t.remove(j, int(c.shard))
 			c.unlinkReserved(j)
 			j.owner = nil
-			t.insertReady(j, now, c.shard)
-			t.serveWaiters(now, c.shard, &cl)
+			t.insertReady(j, now, int(c.shard))
+			t.serveWaiters(now, int(c.shard), &cl)
 		}
 		t.mu.Unlock()
 		cl.deliver(nil)
@@ -239,11 +253,11 @@ func (c *Client) Close() {
 	c.e.reg.release(c.use, true)
 	c.watch, c.use = nil, nil
 	e := c.e
-	e.ctr.add(c.shard, cConnections, -1)
-	if c.producer {
-		e.ctr.add(c.shard, cProducers, -1)
+	e.ctr.add(int(c.shard), cConnections, -1)
+	if c.roles&producer != 0 {
+		e.ctr.add(int(c.shard), cProducers, -1)
 	}
-	if c.worker {
-		e.ctr.add(c.shard, cWorkers, -1)
+	if c.roles&worker != 0 {
+		e.ctr.add(int(c.shard), cWorkers, -1)
 	}
 }

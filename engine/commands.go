@@ -25,7 +25,7 @@ func (c *Client) Put(id uint64, pri uint32, delay, ttr time.Duration, body []byt
 		ttr = time.Second
 	}
 	cost := jobCost(body)
-	if !c.e.charge(c.shard, cost) {
+	if !c.e.charge(int(c.shard), cost) {
 		return nil, ErrNoMemory
 	}
 	// One clock read: the creation time is the engine's monotonic clock
@@ -39,7 +39,7 @@ func (c *Client) Put(id uint64, pri uint32, delay, ttr time.Duration, body []byt
 		j.deadline = now + int64(delay)
 	}
 	if c.e.jl == nil {
-		c.e.publish(j, c.shard, now)
+		c.e.publish(j, int(c.shard), now)
 		return j, nil
 	}
 	r := persist.Job{ID: id, Tube: t.Name, Pri: pri, State: persist.StateReady,
@@ -56,7 +56,7 @@ func (c *Client) Put(id uint64, pri uint32, delay, ttr time.Duration, body []byt
 	c.appended.Add(1)
 	if err := c.e.jl.Put(&r, (*putAck)(j)); err != nil {
 		c.appended.Add(^uint64(0))
-		c.e.unpublished(j, c.shard)
+		c.e.unpublished(j, int(c.shard))
 		return nil, c.e.refused(err)
 	}
 	return j, nil
@@ -151,14 +151,14 @@ func (c *Client) Delete(id uint64) (bool, error) {
 		c.unlinkReserved(j)
 		j.owner = nil
 	}
-	t.remove(j, c.shard)
+	t.remove(j, int(c.shard))
 	j.state = Deleted
 	t.jobs--
 	t.cmdDelete++
 	empty := t.jobs == 0
 	t.mu.Unlock()
 	c.e.jobs.Delete(id)
-	c.e.uncharge(c.shard, jobCost(j.Body))
+	c.e.uncharge(int(c.shard), jobCost(j.Body))
 	if empty {
 		c.e.reg.maybeFree(t)
 	}
@@ -188,7 +188,7 @@ func (c *Client) Release(id uint64, pri uint32, delay time.Duration) (bool, erro
 			return true, err
 		}
 	}
-	t.remove(j, c.shard)
+	t.remove(j, int(c.shard))
 	c.unlinkReserved(j)
 	j.owner = nil
 	j.Pri = pri
@@ -197,11 +197,11 @@ func (c *Client) Release(id uint64, pri uint32, delay time.Duration) (bool, erro
 	var cl claims
 	if delay > 0 {
 		j.deadline = now + int64(delay)
-		t.insert(j, Delayed, c.shard)
+		t.insert(j, Delayed, int(c.shard))
 	} else {
-		t.insertReady(j, now, c.shard)
+		t.insertReady(j, now, int(c.shard))
 		if t.waiters.head != nil {
-			t.serveWaiters(now, c.shard, &cl)
+			t.serveWaiters(now, int(c.shard), &cl)
 		}
 	}
 	t.mu.Unlock()
@@ -225,14 +225,14 @@ func (c *Client) Bury(id uint64, pri uint32) (bool, error) {
 			return true, err
 		}
 	}
-	t.remove(j, c.shard)
+	t.remove(j, int(c.shard))
 	c.unlinkReserved(j)
 	j.owner = nil
 	j.Pri = pri
 	j.buries++
 	t.buriedSeq++
 	j.buriedSeq = t.buriedSeq
-	t.insert(j, Buried, c.shard)
+	t.insert(j, Buried, int(c.shard))
 	t.mu.Unlock()
 	return true, nil
 }
@@ -261,9 +261,9 @@ func (c *Client) ReserveJob(id uint64) *Job {
 		t.mu.Unlock()
 		return nil
 	}
-	t.remove(j, c.shard)
+	t.remove(j, int(c.shard))
 	c.mu.Lock()
-	t.reserveLocked(j, c, c.e.mono(), c.shard)
+	t.reserveLocked(j, c, c.e.mono(), int(c.shard))
 	c.mu.Unlock()
 	t.mu.Unlock()
 	return j
@@ -279,7 +279,7 @@ func (c *Client) kickLocked(t *Tube, j *Job) error {
 			return err
 		}
 	}
-	shard := c.shard
+	shard := int(c.shard)
 	t.remove(j, shard)
 	j.kicks++
 	t.insertReady(j, c.e.mono(), shard)
@@ -308,7 +308,7 @@ func (c *Client) kickIn(t *Tube, n uint32) (k uint32, err error) {
 		k--
 	}
 	if k > 0 && t.waiters.head != nil {
-		t.serveWaiters(c.e.mono(), c.shard, &cl)
+		t.serveWaiters(c.e.mono(), int(c.shard), &cl)
 	}
 	t.mu.Unlock()
 	cl.deliver(nil)
@@ -333,7 +333,7 @@ func (c *Client) KickJob(id uint64) (bool, error) {
 		return true, err
 	}
 	if t.waiters.head != nil {
-		t.serveWaiters(c.e.mono(), c.shard, &cl)
+		t.serveWaiters(c.e.mono(), int(c.shard), &cl)
 	}
 	t.mu.Unlock()
 	cl.deliver(nil)

@@ -10,6 +10,7 @@
 package engine
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -32,6 +33,9 @@ type Engine struct {
 
 // New makes an engine for a server with the given number of event loops.
 func New(loops int) *Engine {
+	if loops >= math.MaxUint16 {
+		panic("engine: too many event loops") // Client.shard is 16 bits
+	}
 	e := &Engine{base: time.Now(), jobs: newJobTable()}
 	e.baseWall = e.base.UnixNano()
 	e.ctr.shards = make([]counterShard, loops+1)

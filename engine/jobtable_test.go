@@ -82,3 +82,11 @@ func TestJobHeapKeysShareTheFirstCacheLine(t *testing.T) {
 		}
 	}
 }
+
+func TestClientFitsIn104Bytes(t *testing.T) {
+	// A loop's conn holds its Client; together they fit a 160-byte size
+	// class (loop's TestConnFitsItsSizeClass).
+	if n := unsafe.Sizeof(Client{}); n > 104 {
+		t.Fatalf("Client is %d bytes, want at most 104", n)
+	}
+}

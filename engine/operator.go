@@ -157,7 +157,7 @@ func (o *Operator) Flush(tube string, states ...State) (n int, err error) {
 						break
 					}
 				}
-				t.remove(j, c.shard)
+				t.remove(j, int(c.shard))
 				j.state = Deleted
 				t.jobs--
 				gone = append(gone, j)
@@ -167,7 +167,7 @@ func (o *Operator) Flush(tube string, states ...State) (n int, err error) {
 		t.mu.Unlock()
 		for _, j := range gone {
 			e.jobs.Delete(j.ID)
-			e.uncharge(c.shard, jobCost(j.Body))
+			e.uncharge(int(c.shard), jobCost(j.Body))
 		}
 		if empty {
 			e.reg.maybeFree(t)
@@ -233,7 +233,7 @@ func (o *Operator) Move(id uint64, tube string) (newID uint64, err error) {
 			return ErrNoJob
 		}
 		cost := jobCost(j.Body)
-		if !e.charge(c.shard, cost) {
+		if !e.charge(int(c.shard), cost) {
 			unlock()
 			return ErrNoMemory
 		}
@@ -255,7 +255,7 @@ func (o *Operator) Move(id uint64, tube string) (newID uint64, err error) {
 			if err := e.jl.Put(&r, (*putAck)(nj)); err != nil {
 				c.appended.Add(^uint64(0))
 				unlock()
-				e.uncharge(c.shard, cost)
+				e.uncharge(int(c.shard), cost)
 				return e.refused(err)
 			}
 			dst.jobs++ // as Put counts a job waiting for its record
@@ -267,18 +267,18 @@ func (o *Operator) Move(id uint64, tube string) (newID uint64, err error) {
 				return err
 			}
 		}
-		src.remove(j, c.shard)
+		src.remove(j, int(c.shard))
 		j.state = Deleted
 		src.jobs--
 		empty := src.jobs == 0
 		unlock()
 		e.jobs.Delete(id)
-		e.uncharge(c.shard, cost)
+		e.uncharge(int(c.shard), cost)
 		if empty {
 			e.reg.maybeFree(src)
 		}
 		if e.jl == nil {
-			e.publish(nj, c.shard, now)
+			e.publish(nj, int(c.shard), now)
 		}
 		newID = nj.ID
 		return nil

@@ -108,9 +108,9 @@ func (c *Client) take(now int64) (j *Job, anyReady bool) {
 	}
 	if best != nil {
 		j = best.ready.Top()
-		best.remove(j, c.shard)
+		best.remove(j, int(c.shard))
 		c.mu.Lock()
-		best.reserveLocked(j, c, now, c.shard)
+		best.reserveLocked(j, c, now, int(c.shard))
 		c.mu.Unlock()
 	}
 	for _, t := range tubes {
@@ -153,7 +153,7 @@ func (c *Client) park(now int64, timeout time.Duration, margin int64) (*Job, Out
 	for i, t := range c.watch {
 		c.nodes[i].c, c.nodes[i].t = c, t
 	}
-	c.e.ctr.add(c.shard, cWaiting, 1)
+	c.e.ctr.add(int(c.shard), cWaiting, 1)
 	c.wstate.Store(gen<<stateBits | waiting)
 	var cl claims
 	for i := range c.nodes {
@@ -167,7 +167,7 @@ func (c *Client) park(now int64, timeout time.Duration, margin int64) (*Job, Out
 		// here closes that window (the queue is FIFO, so an earlier waiter
 		// gets it first, as it should).
 		if t.ready.Len() > 0 {
-			t.serveWaiters(now, c.shard, &cl)
+			t.serveWaiters(now, int(c.shard), &cl)
 		}
 		t.mu.Unlock()
 		if c.wstate.Load()&stateMask != waiting {
@@ -200,7 +200,7 @@ func (c *Client) park(now int64, timeout time.Duration, margin int64) (*Job, Out
 // claim ends wait gen: only one caller wins, and it must then call finish.
 func (c *Client) claim(gen uint64) bool {
 	if c.wstate.CompareAndSwap(gen<<stateBits|waiting, gen<<stateBits|claiming) {
-		c.e.ctr.add(c.shard, cWaiting, -1)
+		c.e.ctr.add(int(c.shard), cWaiting, -1)
 		return true
 	}
 	return false

@@ -21,10 +21,11 @@ const (
 // conn is one client connection. Every field is owned by the connection's
 // event loop.
 type conn struct {
-	s     *Server
-	gc    gnet.Conn
-	ls    *loopState
-	cl    *engine.Client
+	gc gnet.Conn
+	ls *loopState
+	// cl is the engine's side of the connection, kept inside it: one
+	// allocation per connection, not two (engine.InitClient).
+	cl    engine.Client
 	phase phase
 
 	parked    bool // a reserve is waiting: input after it stays buffered
@@ -194,7 +195,7 @@ func (c *conn) Run(context.Context) error {
 	if c.closed {
 		return nil
 	}
-	if c.s.process(c) == gnet.Close && !c.closed {
+	if c.ls.s.process(c) == gnet.Close && !c.closed {
 		_ = c.gc.Close()
 	}
 	return nil

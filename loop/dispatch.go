@@ -26,7 +26,7 @@ func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Act
 		out.buf = append(out.buf, codec.RepBadFormat...)
 		return gnet.None
 	}
-	cl := c.cl
+	cl := &c.cl
 	switch cmd.Op {
 	case codec.OpPut:
 		if c.putState == nil {

@@ -15,8 +15,8 @@ type handler struct {
 
 func (h *handler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	s := h.s
-	c := &conn{s: s, gc: gc, ls: s.loopFor(gc.EventLoop())}
-	c.cl = s.eng.NewClient(c.ls.shard, c)
+	c := &conn{gc: gc, ls: s.loopFor(gc.EventLoop())}
+	s.eng.InitClient(&c.cl, c.ls.shard, c)
 	gc.SetContext(c)
 	if s.cfg.Verbosity > 0 {
 		s.log.Info().Int("fd", gc.Fd()).Str("remote", addr(gc)).Msg("accept")

@@ -46,10 +46,10 @@ func benchServer(b *testing.B) (*Server, *conn, *fakeConn) {
 		b.Fatal(err)
 	}
 	fc := &fakeConn{}
-	ls := &loopState{shard: 1}
+	ls := &loopState{s: s, shard: 1}
 	ls.out.buf = make([]byte, 0, 64<<10)
-	c := &conn{s: s, gc: fc, ls: ls}
-	c.cl = eng.NewClient(1, c)
+	c := &conn{gc: fc, ls: ls}
+	eng.InitClient(&c.cl, 1, c)
 	return s, c, fc
 }
 

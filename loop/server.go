@@ -92,6 +92,7 @@ type Server struct {
 
 // loopState is owned by one event loop goroutine.
 type loopState struct {
+	s     *Server
 	shard int // engine counter shard (1-based)
 	out   output
 	tubes [][]byte // scratch for list-tubes
@@ -157,7 +158,7 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 	defer s.mu.Unlock()
 	ls := s.loops[el]
 	if ls == nil {
-		ls = &loopState{shard: len(s.loops)%s.eng.Shards() + 1}
+		ls = &loopState{s: s, shard: len(s.loops)%s.eng.Shards() + 1}
 		ls.out.buf = make([]byte, 0, 64<<10)
 		s.loops[el] = ls
 	}
