@@ -75,7 +75,7 @@ bench-floor:
 	mkdir -p bin bench/results/floor
 	$(GO) build -o bin/beanpole .
 	$(GO) build -o bin/floor ./bench/floor
-	$(GO) run ./bench -beanpole bin/beanpole -beanstalkd bin/floor -only roundtrip,pipeline -out bench/results/floor $(BENCHARGS)
+	$(GO) run ./bench -beanpole bin/beanpole -beanstalkd bin/floor -only roundtrip,pipeline -pinned '' -out bench/results/floor $(BENCHARGS)
 
 # A Debian package in bin/ (dist/mkdeb.sh): the binary, the units, the
 # defaults file, the man page and the docs.

@@ -397,3 +397,26 @@ func TestOutputQueue(t *testing.T) {
 		}
 	}
 }
+
+func TestPinnedCopiesFollowTheirOriginals(t *testing.T) {
+	o := Options{Conns: []int{10, 50}, PipeConns: []int{1}, Idle: []int{100}, Large: []int{65536}, MemJobs: 10}
+	vs := withPinnedCopies(buildVariants(&o), "roundtrip-c50,idle,nosuch")
+	var names []string
+	for _, v := range vs {
+		names = append(names, v.Name)
+		if v.Pinned != strings.HasSuffix(v.Name, "-pinned") {
+			t.Errorf("%s: Pinned = %v", v.Name, v.Pinned)
+		}
+	}
+	got := strings.Join(names, " ")
+	for _, want := range []string{"roundtrip-c10 roundtrip-c50 roundtrip-c50-pinned pipeline-c1", "idle-100 idle-100-pinned large-64KiB"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("variants %q, want %q in order", got, want)
+		}
+	}
+	for _, v := range vs {
+		if v.Pinned && !strings.HasSuffix(v.Rows[0].Title, " [pinned]") {
+			t.Errorf("%s: row title %q", v.Name, v.Rows[0].Title)
+		}
+	}
+}

@@ -51,9 +51,10 @@ func realMain() int {
 		beanstalkd = flag.String("beanstalkd", "/usr/bin/beanstalkd", "path of the C beanstalkd binary")
 		outDir     = flag.String("out", "bench/results", "directory for results.json, results.txt and chart.png")
 		reps       = flag.Int("reps", 3, "repetitions per scenario and contender (medians are reported)")
-		only       = flag.String("only", "", "comma list of scenarios to run: groups ("+strings.Join(groups, ",")+"), numbers 1-8 or variant names (see -list)")
+		only       = flag.String("only", "", "comma list of scenarios to run: groups ("+strings.Join(groups, ",")+"), numbers 1-9 or variant names (see -list)")
 		list       = flag.Bool("list", false, "list the scenario variants and exit")
-		pin        = flag.Bool("pin", false, "pin the client to CPU 0 and servers to CPU 1")
+		pin        = flag.Bool("pin", false, "run every scenario pinned: the client on CPU 0, servers on CPU 1")
+		pinned     = flag.String("pinned", defaultPinned, "also run these scenarios pinned (as -only; empty: none), for the per-core targets")
 		o          Options
 	)
 	flag.DurationVar(&o.Duration, "duration", 3*time.Second, "measured time per run")
@@ -78,6 +79,7 @@ func realMain() int {
 	flag.IntVar(&o.LargeConns, "large-conns", 10, "large: connections")
 	flag.IntVar(&o.BinConns, "binlog-conns", 50, "binlog: connections")
 	fsync := flag.String("fsync", "50,0", "binlog: -f values (ms)")
+	flag.IntVar(&o.MemJobs, "mem-jobs", 1_000_000, "memory: ready jobs to queue (0: skip the scenario)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./bench -beanpole PATH [-beanstalkd PATH] [-out DIR] [flags]\n\n")
 		flag.PrintDefaults()
@@ -93,7 +95,6 @@ func realMain() int {
 		fmt.Fprintf(os.Stderr, "bench: raising the open-file limit: %v\n", err)
 	}
 	o.NoFile = nofile
-	o.PinServer = -1
 
 	var perr error
 	parse := func(name, s string, allowMax bool) []int {
@@ -132,6 +133,9 @@ func realMain() int {
 	}
 
 	vs, err := selectVariants(buildVariants(&o), *only)
+	if err == nil && !*pin && numCPU() >= 2 {
+		vs = withPinnedCopies(vs, *pinned)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		return 2
@@ -169,20 +173,14 @@ func realMain() int {
 	defer cleanupAll()
 
 	pinning := "none"
-	if *pin {
-		if numCPU() < 2 {
-			pinning = "requested but only one CPU is available: none"
-		} else {
-			if err := pinPid(os.Getpid(), 0); err != nil {
-				fmt.Fprintf(os.Stderr, "bench: pinning the client: %v\n", err)
-			}
-			o.PinServer = 1
-			how := "taskset"
-			if tasksetPath == "" {
-				how = "sched_setaffinity after start"
-			}
-			pinning = "client CPU 0 (sched_setaffinity), servers CPU 1 (" + how + ")"
-		}
+	switch {
+	case *pin && numCPU() < 2:
+		pinning = "requested but only one CPU is available: none"
+	case *pin:
+		o.PinAll = true
+		pinning = "every scenario: " + pinHow()
+	case numCPU() >= 2 && strings.TrimSpace(*pinned) != "":
+		pinning = "scenarios marked [pinned]: " + pinHow()
 	}
 	debug.SetGCPercent(400)
 
@@ -219,7 +217,7 @@ func realMain() int {
 				if cr.Failed || cr.NA != "" {
 					continue
 				}
-				mx, err := runOne(v, ct, &o)
+				mx, err := runOne(v, ct, &o, o.PinAll || v.Pinned)
 				tag := fmt.Sprintf("[%d/%d %5.0fs] %-18s %-10s rep %d", done, total, time.Since(start).Seconds(), v.Name, ct.Name, rep+1)
 				switch {
 				case errors.Is(err, errNoStart) && v.MayNA:
@@ -274,9 +272,29 @@ func realMain() int {
 	return rc
 }
 
+// defaultPinned names the scenarios whose targets are per core (or, for
+// accepting, pinned and unpinned): make bench runs them both ways.
+const defaultPinned = "roundtrip-c10,roundtrip-c50,pipeline,idle,large"
+
+// pinHow says how pinned runs are pinned.
+func pinHow() string {
+	how := "taskset"
+	if tasksetPath == "" {
+		how = "sched_setaffinity after start"
+	}
+	return "client CPU 0 (sched_setaffinity), server CPU 1 (" + how + ")"
+}
+
 // runOne starts a fresh server for one run, runs the variant against it and
 // stops it again.
-func runOne(v *Variant, ct Contender, o *Options) (Metrics, error) {
+func runOne(v *Variant, ct Contender, o *Options, pinned bool) (Metrics, error) {
+	serverCPU, clientCPU := -1, -1
+	if pinned {
+		serverCPU, clientCPU = 1, 0
+	}
+	if err := pinPid(os.Getpid(), clientCPU); err != nil {
+		return nil, fmt.Errorf("pinning the client: %w", err)
+	}
 	dir := ""
 	if v.NeedDir {
 		d, err := os.MkdirTemp("", "beanpole-bench-binlog-")
@@ -287,7 +305,7 @@ func runOne(v *Variant, ct Contender, o *Options) (Metrics, error) {
 		defer removeTemp(d)
 		dir = d
 	}
-	srv, err := StartServer(ct, v.Flags(dir), o.PinServer, o.NoFile)
+	srv, err := StartServer(ct, v.Flags(dir), serverCPU, o.NoFile)
 	if err != nil {
 		return nil, err
 	}

@@ -222,5 +222,8 @@ func renderTable(results []*VarResult, meta *Meta) string {
 	for _, n := range notes {
 		b.WriteString(n + "\n")
 	}
+	if strings.HasPrefix(meta.Versions["beanstalkd"], "beanstalkd ") { // the targets are against C
+		b.WriteString(renderTargets(results, int(meta.NoFile)-fdMargin-2))
+	}
 	return b.String()
 }

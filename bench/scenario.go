@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,8 +32,9 @@ type Options struct {
 	LargeConns int
 	BinConns   int
 	Fsync      []int
+	MemJobs    int // memory: jobs queued
 	NoFile     uint64
-	PinServer  int // -1: no pinning
+	PinAll     bool // -pin: every variant runs pinned
 }
 
 // Metrics are the named figures of one run (see meter.fill for the keys).
@@ -62,7 +64,10 @@ type Variant struct {
 	Flags   func(dir string) []string
 	NeedDir bool
 	MayNA   bool
-	Run     func(rc *RunCtx) (Metrics, error)
+	// Pinned: the server runs on CPU 1 and the load generator on CPU 0,
+	// so the server's figures are those of one core.
+	Pinned bool
+	Run    func(rc *RunCtx) (Metrics, error)
 }
 
 // RunCtx is what a scenario run gets.
@@ -72,7 +77,7 @@ type RunCtx struct {
 	L   *Loop
 }
 
-var groups = []string{"roundtrip", "pipeline", "pubsub", "tubes", "idle", "fanout", "large", "binlog"}
+var groups = []string{"roundtrip", "pipeline", "pubsub", "tubes", "idle", "fanout", "large", "binlog", "memory"}
 
 // buildVariants expands the options into the full scenario list.
 func buildVariants(o *Options) []*Variant {
@@ -163,32 +168,69 @@ func buildVariants(o *Options) []*Variant {
 			Run: func(rc *RunCtx) (Metrics, error) { return runRoundTrip(rc, o.BinConns, o.Size, "") },
 		})
 	}
+	if o.MemJobs > 0 {
+		vs = append(vs, &Variant{
+			Name: fmt.Sprintf("memory-%d", o.MemJobs), Group: "memory", Num: 9,
+			Desc:  fmt.Sprintf("%d ready jobs of %d-byte bodies queued by pipelined puts: server RSS per queued job", o.MemJobs, memJobSize),
+			Rows:  []RowDef{{Title: fmt.Sprintf("queued %s jobs: RSS/job", fmtNum(float64(o.MemJobs))), Metric: "rss_per_job", Unit: "B", Lat: true, LatWhat: "per put"}},
+			Flags: noFlags,
+			Run:   func(rc *RunCtx) (Metrics, error) { return runMemory(rc, o.MemJobs) },
+		})
+	}
 	return vs
 }
 
+// withPinnedCopies puts a pinned copy of each variant of vs that only
+// names right after it, for the targets that are per core. only lists
+// groups, numbers or variant names, as -only; names that match nothing in
+// vs are ignored, so -only can narrow a run.
+func withPinnedCopies(vs []*Variant, only string) []*Variant {
+	var out []*Variant
+	for _, v := range vs {
+		out = append(out, v)
+		if !matches(v, only) {
+			continue
+		}
+		p := *v
+		p.Name, p.Pinned = v.Name+"-pinned", true
+		p.Rows = make([]RowDef, len(v.Rows))
+		for i, rd := range v.Rows {
+			rd.Title += " [pinned]"
+			rd.Conns = 0 // the charts plot the unpinned runs
+			p.Rows[i] = rd
+		}
+		out = append(out, &p)
+	}
+	return out
+}
+
+// matches reports whether the comma list only names v.
+func matches(v *Variant, only string) bool {
+	for _, w := range strings.Split(only, ",") {
+		w = strings.TrimSpace(w)
+		if w != "" && (w == v.Group || w == v.Name || w == strconv.Itoa(v.Num)) {
+			return true
+		}
+	}
+	return false
+}
+
 // selectVariants keeps the variants named by only (comma list of group
-// names, scenario numbers 1-8 or variant names); empty keeps all.
+// names, scenario numbers 1-9 or variant names); empty keeps all.
 func selectVariants(vs []*Variant, only string) ([]*Variant, error) {
 	only = strings.TrimSpace(only)
 	if only == "" {
 		return vs, nil
 	}
-	var out []*Variant
-	used := map[string]bool{}
-	for _, v := range vs {
-		for _, w := range strings.Split(only, ",") {
-			w = strings.TrimSpace(w)
-			if w == v.Group || w == v.Name || w == strconv.Itoa(v.Num) {
-				out = append(out, v)
-				used[w] = true
-				break
-			}
+	for _, w := range strings.Split(only, ",") {
+		if w = strings.TrimSpace(w); w != "" && !slices.ContainsFunc(vs, func(v *Variant) bool { return matches(v, w) }) {
+			return nil, fmt.Errorf("-only: %q matches no scenario (groups: %s)", w, strings.Join(groups, ","))
 		}
 	}
-	for _, w := range strings.Split(only, ",") {
-		w = strings.TrimSpace(w)
-		if w != "" && !used[w] {
-			return nil, fmt.Errorf("-only: %q matches no scenario (groups: %s)", w, strings.Join(groups, ","))
+	var out []*Variant
+	for _, v := range vs {
+		if matches(v, only) {
+			out = append(out, v)
 		}
 	}
 	return out, nil

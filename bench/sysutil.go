@@ -39,11 +39,17 @@ func selfCPU() float64 {
 }
 
 // pinPid pins every thread of pid to cpu (threads created later inherit
-// the mask of their creator).
+// the mask of their creator); cpu < 0 lets them run on every CPU again.
 func pinPid(pid, cpu int) error {
 	var set unix.CPUSet
 	set.Zero()
-	set.Set(cpu)
+	if cpu >= 0 {
+		set.Set(cpu)
+	} else {
+		for i := range numCPU() {
+			set.Set(i)
+		}
+	}
 	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
 	if err != nil {
 		return unix.SchedSetaffinity(pid, &set)

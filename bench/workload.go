@@ -850,3 +850,48 @@ func runFanout(rc *RunCtx, n int) (Metrics, error) {
 	mx["fanout_ms"] = mx["wall"] * 1e3
 	return mx, nil
 }
+
+// ----------------------------------------------------------------- memory
+
+// memJobSize is the body size of the memory scenario's jobs.
+const memJobSize = 100
+
+// runMemory queues n ready jobs with pipelined puts on four connections and
+// reports the server's RSS growth per job, measured once they are all in.
+func runMemory(rc *RunCtx, n int) (Metrics, error) {
+	l := rc.L
+	cs, err := dialAll(l, 4, 60*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	rss0, err := rc.Srv.RSS()
+	if err != nil {
+		return nil, err
+	}
+	m := newMeter(l, rc.Srv)
+	w := &pipeWorker{l: l, led: NewLedger(memJobSize), m: m, window: 64, maxJobs: n,
+		hdr: appendPut(nil, jobPri, 0, jobTTR, memJobSize), phase: 1}
+	m.start()
+	for _, c := range cs {
+		c.SetHandler(w)
+		w.fill(c)
+	}
+	err = l.Run(func() bool { return w.led.Count() >= n && w.inflight == 0 }, l.Now()+int64(5*time.Minute), fmt.Sprintf("queueing %d jobs", n))
+	m.stop()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkStats(rc.Srv.Port, map[string]int64{"current-jobs-ready": int64(n)}); err != nil {
+		return nil, err
+	}
+	time.Sleep(300 * time.Millisecond)
+	rss1, err := rc.Srv.RSS()
+	if err != nil {
+		return nil, err
+	}
+	mx := Metrics{"jobs": float64(n), "rss_per_job": float64(rss1-rss0) / float64(n)}
+	if err := m.fill(mx, "", float64(w.ops), &w.hist); err != nil {
+		return nil, err
+	}
+	return mx, nil
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// A target is one of the goals beanpole is held to against C beanstalkd
+// (bench/README.md, "Targets"), checked against one row of a run.
+type target struct {
+	what    string
+	variant string // variant name; "idle-max" is the largest idle count
+	metric  string // key of the row's primary metric
+	// Exactly one of the bounds applies: the ratio beanpole ÷ beanstalkd
+	// at least minRatio or at most maxRatio, and beanpole's own figure at
+	// most maxValue (when not zero).
+	minRatio, maxRatio, maxValue float64
+	unit                         string // of maxValue
+}
+
+var targets = []target{
+	{what: "accept 10,000 connections, unpinned: time ≤ C", variant: "idle-10000", metric: "accept_ms", maxRatio: 1},
+	{what: "accept 10,000 connections, pinned: time ≤ C", variant: "idle-10000-pinned", metric: "accept_ms", maxRatio: 1},
+	{what: "accept the most connections, unpinned: time ≤ C", variant: "idle-max", metric: "accept_ms", maxRatio: 1},
+	{what: "accept the most connections, pinned: time ≤ C", variant: "idle-max-pinned", metric: "accept_ms", maxRatio: 1},
+	{what: "RSS per idle connection at 10,000 ≤ C", variant: "idle-10000", metric: "rss_per_conn", maxRatio: 1},
+	{what: "RSS per idle connection at 10,000 ≤ 600 B", variant: "idle-10000", metric: "rss_per_conn", maxValue: 600.0 / 1024, unit: "KiB"},
+	{what: "RSS per idle connection at the most ≤ C", variant: "idle-max", metric: "rss_per_conn", maxRatio: 1},
+	{what: "RSS per idle connection at the most ≤ 600 B", variant: "idle-max", metric: "rss_per_conn", maxValue: 600.0 / 1024, unit: "KiB"},
+	{what: "round trips, 10 connections, pinned ≥ 1.1× C", variant: "roundtrip-c10-pinned", metric: "rate", minRatio: 1.1},
+	{what: "round trips, 50 connections, pinned ≥ 1.1× C", variant: "roundtrip-c50-pinned", metric: "rate", minRatio: 1.1},
+	{what: "pipelined puts, pinned ≥ 10× C", variant: "pipeline-c1-pinned", metric: "put.rate", minRatio: 10},
+	{what: "pipelined puts, pinned: server CPU per put ≤ C's ÷ 10", variant: "pipeline-c1-pinned", metric: "put.srvus", maxRatio: 0.1},
+	{what: "pipelined reserve+delete, pinned ≥ 10× C", variant: "pipeline-c1-pinned", metric: "drain.rate", minRatio: 10},
+	{what: "pipelined reserve+delete, pinned: server CPU per job ≤ C's ÷ 10", variant: "pipeline-c1-pinned", metric: "drain.srvus", maxRatio: 0.1},
+	{what: "64 KiB bodies, pinned ≥ 1.2× C", variant: "large-64KiB-pinned", metric: "mbps", minRatio: 1.2},
+	{what: "64 KiB bodies, unpinned ≥ 1.2× C", variant: "large-64KiB", metric: "mbps", minRatio: 1.2},
+	{what: "1 MiB bodies, pinned ≥ 1.2× C", variant: "large-1MiB-pinned", metric: "mbps", minRatio: 1.2},
+	{what: "1 MiB bodies, unpinned ≥ 1.2× C", variant: "large-1MiB", metric: "mbps", minRatio: 1.2},
+	{what: "memory per queued 100-byte job ≤ C", variant: "memory-1000000", metric: "rss_per_job", maxRatio: 1},
+}
+
+// renderTargets checks every target whose row the run has; the others are
+// listed as not measured.
+func renderTargets(results []*VarResult, maxIdle int) string {
+	byName := map[string]*VarResult{}
+	for _, vr := range results {
+		byName[vr.V.Name] = vr
+	}
+	var rows [][]string
+	met, measured := 0, 0
+	for _, t := range targets {
+		name := strings.Replace(t.variant, "idle-max", fmt.Sprintf("idle-%d", maxIdle), 1)
+		vr := byName[name]
+		if vr == nil {
+			rows = append(rows, []string{t.what, "-", "-", "not measured in this run"})
+			continue
+		}
+		_, a := cell(vr.Res[0], t.metric)
+		_, b := cell(vr.Res[1], t.metric)
+		r := ratio(a, b)
+		var ok bool
+		var got string
+		switch {
+		case t.maxValue != 0:
+			ok, got = a <= t.maxValue, fmtNum(a)+" "+t.unit
+			if t.unit == "KiB" {
+				got = fmt.Sprintf("%.0f B", a*1024)
+			}
+		case t.minRatio != 0:
+			ok, got = r >= t.minRatio, fmtRatio(r)
+		default:
+			ok, got = r <= t.maxRatio, fmtRatio(r)
+		}
+		verdict := "MET"
+		switch {
+		case math.IsNaN(a) || t.maxValue == 0 && math.IsNaN(r):
+			verdict = "no figure"
+		case !ok:
+			verdict = "not met"
+		default:
+			met++
+		}
+		if verdict != "no figure" {
+			measured++
+		}
+		rows = append(rows, []string{t.what, name, got, verdict})
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\ntargets: %d of %d measured are met (ratios are beanpole ÷ beanstalkd, medians of this run)\n\n", met, measured)
+	b.WriteString(formatTable([]string{"target", "row", "measured", ""}, rows, []bool{false, false, true, false}))
+	return b.String()
+}
