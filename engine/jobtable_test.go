@@ -83,10 +83,10 @@ func TestJobHeapKeysShareTheFirstCacheLine(t *testing.T) {
 	}
 }
 
-func TestClientFitsIn104Bytes(t *testing.T) {
-	// A loop's conn holds its Client; together they fit a 160-byte size
+func TestClientFitsIn88Bytes(t *testing.T) {
+	// A loop's conn holds its Client; together they fit a 128-byte size
 	// class (loop's TestConnFitsItsSizeClass).
-	if n := unsafe.Sizeof(Client{}); n > 104 {
-		t.Fatalf("Client is %d bytes, want at most 104", n)
+	if n := unsafe.Sizeof(Client{}); n > 88 {
+		t.Fatalf("Client is %d bytes, want at most 88", n)
 	}
 }

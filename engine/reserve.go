@@ -84,7 +84,7 @@ func (c *Client) Reserve(timeout time.Duration) (*Job, Outcome) {
 // best job between the comparison and the take.
 func (c *Client) take(now int64) (j *Job, anyReady bool) {
 	var buf [8]*Tube
-	tubes := c.watch
+	tubes := c.Watched()
 	if len(tubes) > 1 {
 		tubes = lockInOrder(append(buf[:0], tubes...))
 	} else {
@@ -147,10 +147,11 @@ func (c *Client) park(now int64, timeout time.Duration, margin int64) (*Job, Out
 	c.marginAt.Store(margin)
 	// The nodes are filled before the wait is published: from then on a
 	// claimer (a stale timer fire included) may unlink them.
-	if len(c.nodes) != len(c.watch) {
-		c.nodes = make([]waitNode, len(c.watch))
+	watched := c.Watched()
+	if len(c.nodes) != len(watched) {
+		c.nodes = make([]waitNode, len(watched))
 	}
-	for i, t := range c.watch {
+	for i, t := range watched {
 		c.nodes[i].c, c.nodes[i].t = c, t
 	}
 	c.e.ctr.add(int(c.shard), cWaiting, 1)

@@ -40,16 +40,33 @@ type conn struct {
 	closing bool
 	// readPaused: gnet does not read the socket (see setReading).
 	readPaused bool
-	// heldIn is the input counted against the loop's budget while c
-	// waits (checkInputCap); 0 while it runs.
-	heldIn int
+	// holdsInput: input c buffered while it waits is counted against its
+	// loop's budget (loopState.heldIn; checkInputCap).
+	holdsInput bool
 
-	held *heldReplies // allocated at the first hold (only with -b)
-
-	// The put being read; allocated at the connection's first put, so that
-	// connections that never put (idle ones, workers) do not carry it.
-	*putState
+	// What only some connections need, allocated at first use: see
+	// connExtra. Idle connections and workers without -b never carry it.
+	*connExtra
 }
+
+// connExtra is a connection's state for reading puts (producers) and for
+// replies held for the binlog (-b): one pointer in conn, so that an idle
+// connection fits its size class (TestConnFitsItsSizeClass).
+type connExtra struct {
+	putState
+	held heldReplies
+}
+
+// extra returns c's connExtra, allocating it at first use.
+func (c *conn) extra() *connExtra {
+	if c.connExtra == nil {
+		c.connExtra = &connExtra{}
+	}
+	return c.connExtra
+}
+
+// heldPending reports whether replies wait for the binlog.
+func (c *conn) heldPending() bool { return c.connExtra != nil && len(c.held.entries) > 0 }
 
 // hungUp reports whether the peer shut down its side (EOF, or a FIN seen
 // while reads are paused; gnet keeps both flags). What it sent before is
@@ -99,8 +116,6 @@ type heldEntry struct {
 	from, to uint64
 }
 
-func (h *heldReplies) pending() bool { return h != nil && len(h.entries) > 0 }
-
 type putState struct {
 	put  putHeader
 	body []byte
@@ -110,10 +125,7 @@ type putState struct {
 // hold moves the replies batched since p (one command's, which appended
 // the client's records (from, to]) to the end of c.held.
 func (c *conn) hold(p outPos, from, to uint64) {
-	if c.held == nil {
-		c.held = &heldReplies{}
-	}
-	h := c.held
+	h := &c.extra().held
 	h.bufs = c.ls.out.takeSince(p, h.bufs)
 	h.entries = append(h.entries, heldEntry{end: len(h.bufs), from: from, to: to})
 }
@@ -121,7 +133,7 @@ func (c *conn) hold(p outPos, from, to uint64) {
 // sendHeld writes, in order, every held reply whose records are
 // acknowledged.
 func (c *conn) sendHeld() {
-	h := c.held
+	h := &c.held
 	_, acked, failedAt := c.cl.Durability()
 	w := c.ls.iov[:0]
 	k, start := 0, 0
@@ -155,7 +167,7 @@ func (c *conn) sendHeld() {
 // on: the oldest held reply's, else, while a command awaits, the last
 // appended. 0 means it waits for nothing from the log.
 func (c *conn) ackNeed() uint64 {
-	if c.held.pending() {
+	if c.heldPending() {
 		return c.held.entries[0].to
 	}
 	if c.awaiting {

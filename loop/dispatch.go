@@ -29,9 +29,7 @@ func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Act
 	cl := &c.cl
 	switch cmd.Op {
 	case codec.OpPut:
-		if c.putState == nil {
-			c.putState = &putState{}
-		}
+		c.extra()
 		if cmd.Bytes > s.cfg.MaxJobSize {
 			// Upstream reads and drops the body before answering, even
 			// when the line also has trailing garbage.

@@ -36,7 +36,7 @@ func (h *handler) OnClose(gc gnet.Conn, err error) gnet.Action {
 		s.throttled.remove(c)
 	}
 	c.cl.Close()
-	c.putState = nil
+	c.connExtra = nil
 	if s.cfg.Verbosity > 0 {
 		s.log.Info().Int("fd", gc.Fd()).AnErr("err", err).Msg("close")
 	}

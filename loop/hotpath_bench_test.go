@@ -46,7 +46,7 @@ func benchServer(b *testing.B) (*Server, *conn, *fakeConn) {
 		b.Fatal(err)
 	}
 	fc := &fakeConn{}
-	ls := &loopState{s: s, shard: 1}
+	ls := &loopState{s: s, shard: 1, heldBy: make(map[*conn]int)}
 	ls.out.buf = make([]byte, 0, 64<<10)
 	c := &conn{gc: fc, ls: ls}
 	eng.InitClient(&c.cl, 1, c)

@@ -42,7 +42,7 @@ func (s *Server) process(c *conn) gnet.Action {
 	if c.closed {
 		out.discard() // gnet closed it under a write: nothing can be sent
 	} else if action == gnet.None {
-		if c.heldIn != 0 && !c.waits() {
+		if c.holdsInput && !c.waits() {
 			s.holdInput(c, 0)
 		}
 		c.setReading()
@@ -56,7 +56,7 @@ func (s *Server) pass(c *conn) gnet.Action {
 	if c.closing {
 		return s.finishClosing(c)
 	}
-	if c.held.pending() {
+	if c.heldPending() {
 		c.sendHeld()
 		if c.closed {
 			return gnet.Close
@@ -175,7 +175,7 @@ func (s *Server) pass(c *conn) gnet.Action {
 	}
 done:
 	s.send(c, off)
-	if c.held.pending() {
+	if c.heldPending() {
 		c.sendHeld()
 	}
 	if c.closed {
@@ -194,7 +194,7 @@ done:
 			s.throttled.add(c)
 		}
 	}
-	if c.awaiting || c.held.pending() || c.parked {
+	if c.awaiting || c.heldPending() || c.parked {
 		return s.checkInputCap(c)
 	}
 	if c.gc.PeerClosed() && !c.throttled {
@@ -263,7 +263,7 @@ func (c *conn) appended() uint64 {
 // reply into INTERNAL_ERROR.
 func (s *Server) settle(c *conn, p outPos, from uint64) {
 	to, acked, failedAt := c.cl.Durability()
-	if to > acked || c.held.pending() || failedAt != 0 && from < to && failedAt <= to {
+	if to > acked || c.heldPending() || failedAt != 0 && from < to && failedAt <= to {
 		c.hold(p, from, to)
 	}
 }
@@ -313,7 +313,7 @@ func (s *Server) checkInputCap(c *conn) gnet.Action {
 		s.log.Warn().Str("remote", addr(c.gc)).Int("buffered", n).Msg("closing connection: too much input while its reserve waits or its replies back up")
 		return gnet.Close
 	}
-	if n > c.heldIn && c.ls.heldIn+int64(n-c.heldIn) > s.inBudget {
+	if held := c.ls.heldBy[c]; n > held && c.ls.heldIn+int64(n-held) > s.inBudget {
 		if now := time.Now(); now.Sub(c.ls.inputWarned) >= time.Second {
 			c.ls.inputWarned = now
 			s.log.Warn().Str("remote", addr(c.gc)).Int("buffered", n).Int64("budget", s.inBudget).
@@ -325,15 +325,22 @@ func (s *Server) checkInputCap(c *conn) gnet.Action {
 	return gnet.None
 }
 
-// holdInput sets the input c holds against its loop's budget.
+// holdInput sets the input c holds against its loop's budget. Only
+// connections that wait with input buffered hold any, so the amounts live
+// in a map of the loop's rather than in every connection.
 func (s *Server) holdInput(c *conn, n int) {
-	c.ls.heldIn += int64(n - c.heldIn)
-	c.heldIn = n
+	ls := c.ls
+	ls.heldIn += int64(n - ls.heldBy[c])
+	if c.holdsInput = n != 0; c.holdsInput {
+		ls.heldBy[c] = n
+	} else {
+		delete(ls.heldBy, c)
+	}
 }
 
 // waits reports whether c's input waits: for its reserve, its binlog
 // records, or its output to drain.
-func (c *conn) waits() bool { return c.parked || c.awaiting || c.throttled || c.held.pending() }
+func (c *conn) waits() bool { return c.parked || c.awaiting || c.throttled || c.heldPending() }
 
 // readBody copies as much of the put body as buf holds. A body that is all
 // there is cloned in one go (append does not zero memory it is about to

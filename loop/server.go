@@ -99,8 +99,9 @@ type loopState struct {
 	iov   [][]byte // scratch for writing held replies
 	yaml  []byte
 	// heldIn is the input buffered by this loop's waiting connections
-	// (the sum of their conn.heldIn), kept within Server.inBudget.
+	// (the sum of heldBy), kept within Server.inBudget.
 	heldIn      int64
+	heldBy      map[*conn]int
 	inputWarned time.Time // the last warning about the budget
 	// cmd counts commands for `stats`; atomics only so `stats` on another
 	// loop may read them: this cache line is written by this loop alone.
@@ -158,7 +159,7 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 	defer s.mu.Unlock()
 	ls := s.loops[el]
 	if ls == nil {
-		ls = &loopState{s: s, shard: len(s.loops)%s.eng.Shards() + 1}
+		ls = &loopState{s: s, shard: len(s.loops)%s.eng.Shards() + 1, heldBy: make(map[*conn]int)}
 		ls.out.buf = make([]byte, 0, 64<<10)
 		s.loops[el] = ls
 	}

@@ -42,7 +42,6 @@ type conn struct {
 	ctx            any                    // user-defined context
 	safeCtx        atomic.Pointer[any]    // safe user-defined context
 	remote         unix.Sockaddr          // remote socket address
-	proto          string                 // protocol name: "tcp", "udp", or "unix".
 	localAddr      net.Addr               // local addr
 	remoteAddr     net.Addr               // remote addr
 	loop           *eventloop             // connected event-loop
@@ -52,6 +51,7 @@ type conn struct {
 	buffer         []byte                 // buffer for the latest bytes
 	cache          []byte                 // temporary cache for the inbound data
 	isDatagram     bool                   // UDP protocol
+	isTCP          bool                   // TCP (not UDP or unix): a bool, not the protocol's name, keeps conn in a smaller size class
 	opened         bool                   // connection opened event fired
 	isEOF          bool                   // whether the connection has reached EOF
 	readPaused     bool                   // PauseRead is in effect
@@ -62,14 +62,14 @@ type conn struct {
 func newStreamConn(proto string, fd int, el *eventloop, sa unix.Sockaddr, localAddr, remoteAddr net.Addr) (c *conn) {
 	c = &conn{
 		fd:             fd,
-		proto:          proto,
+		isTCP:          proto == "tcp",
 		remote:         sa,
 		loop:           el,
 		localAddr:      localAddr,
 		remoteAddr:     remoteAddr,
 		pollAttachment: netpoll.PollAttachment{FD: fd},
 	}
-	c.pollAttachment.Callback = c.processIO
+	c.bindPoll()
 	c.outboundBuffer.Reset(el.engine.opts.WriteBufferCap)
 	return
 }
@@ -77,7 +77,6 @@ func newStreamConn(proto string, fd int, el *eventloop, sa unix.Sockaddr, localA
 func newUDPConn(fd int, el *eventloop, localAddr net.Addr, sa unix.Sockaddr, connected bool) (c *conn) {
 	c = &conn{
 		fd:             fd,
-		proto:          "udp",
 		gfd:            gfd.NewGFD(fd, el.idx, 0, 0),
 		remote:         sa,
 		loop:           el,
@@ -488,14 +487,14 @@ func (c *conn) SetNoDelay(noDelay bool) error {
 }
 
 func (c *conn) SetKeepAlivePeriod(d time.Duration) error {
-	if c.proto != "tcp" {
+	if !c.isTCP {
 		return errorx.ErrUnsupportedOp
 	}
 	return socket.SetKeepAlivePeriod(c.fd, int(d.Seconds()))
 }
 
 func (c *conn) SetKeepAlive(enabled bool, idle, intvl time.Duration, cnt int) error {
-	if c.proto != "tcp" {
+	if !c.isTCP {
 		return errorx.ErrUnsupportedOp
 	}
 	return socket.SetKeepAlive(c.fd, enabled, int(idle.Seconds()), int(intvl.Seconds()), cnt)

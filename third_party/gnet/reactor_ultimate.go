@@ -81,3 +81,7 @@ func (el *eventloop) run() error {
 
 	return err
 }
+
+// bindPoll points the connection's poll attachment at its handler: this
+// poller calls the attachment's callback directly.
+func (c *conn) bindPoll() { c.pollAttachment.Callback = c.processIO }
