@@ -56,9 +56,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Unlock()
 	defer s.acceptWG.Done()
 
-	a := acceptor{s: s, network: "tcp", local: ln.Addr()}
+	a := acceptor{s: s, network: "tcp", local: ln.Addr(), queued: true}
 	if _, ok := ln.(*net.UnixListener); ok {
-		a.network = "unix"
+		a.network, a.queued = "unix", false
 	}
 	a.spare = openSpare()
 	defer func() {
@@ -78,8 +78,9 @@ func (s *Server) Serve(ln net.Listener) error {
 // the acceptor between batches (a net.Listener's raw descriptor offers
 // Control but no Read to wait on) and Stop wakes it by closing the file.
 // A TCP socket gets SO_KEEPALIVE, as upstream sets on its listening
-// socket and Linux passes on to the sockets it accepts (with the kernel's
-// timers).
+// socket, and TCP_NODELAY, which Go sets on every connection it accepts:
+// Linux passes both on to the sockets accept4 returns (with the kernel's
+// keepalive timers), so no connection needs a setsockopt of its own.
 func listenerFile(ln net.Listener) (*os.File, error) {
 	sc, ok := ln.(syscall.Conn)
 	if !ok {
@@ -95,7 +96,7 @@ func listenerFile(ln net.Listener) (*os.File, error) {
 			return
 		}
 		if _, isUnix := ln.(*net.UnixListener); !isUnix {
-			err = unix.SetsockoptInt(dup, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
+			err = setTCPOptions(dup)
 		}
 	})
 	if err == nil {
@@ -113,6 +114,14 @@ func listenerFile(ln net.Listener) (*os.File, error) {
 	return os.NewFile(uintptr(dup), ln.Addr().String()), nil
 }
 
+// setTCPOptions sets upstream's SO_KEEPALIVE and TCP_NODELAY on fd.
+func setTCPOptions(fd int) error {
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1); err != nil {
+		return err
+	}
+	return unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+}
+
 // acceptAll accepts and enrolls every connection waiting on lfd. It
 // reports true when none is left (wait for the next), false to stop.
 func (a *acceptor) acceptAll(lfd int) bool {
@@ -124,6 +133,7 @@ func (a *acceptor) acceptAll(lfd int) bool {
 		switch err {
 		case nil:
 		case unix.EAGAIN:
+			a.queued = false
 			return true
 		case unix.EINTR, unix.ECONNABORTED:
 			continue
@@ -133,6 +143,12 @@ func (a *acceptor) acceptAll(lfd int) bool {
 		}
 		if a.s.cfg.ReserveFDs > 0 && a.reserveShort(fd) {
 			continue
+		}
+		if a.queued {
+			// It may have been established before listenerFile set the
+			// options that accepted sockets inherit (a socket passed by
+			// systemd holds connections from before we started).
+			_ = setTCPOptions(fd)
 		}
 		if err := a.s.cli.EnrollFD(fd, a.network, a.local, nil, nil); err != nil {
 			a.failed(-1, err) // fd is closed: that client is answered already
@@ -157,10 +173,13 @@ func accept(lfd int) (int, error) {
 }
 
 type acceptor struct {
-	s        *Server
-	network  string   // "tcp" or "unix", for gnet
-	local    net.Addr // the listener's, shared by its connections
-	spare    int      // a descriptor kept to give up at EMFILE (shed); -1: none
+	s       *Server
+	network string   // "tcp" or "unix", for gnet
+	local   net.Addr // the listener's, shared by its connections
+	// queued: the backlog has not been drained since the listener got its
+	// options (TCP only): those connections may lack them.
+	queued   bool
+	spare    int // a descriptor kept to give up at EMFILE (shed); -1: none
 	backoff  time.Duration
 	shedding bool // shedding to keep descriptors in reserve (reserve.go)
 }

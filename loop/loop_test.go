@@ -4,9 +4,13 @@ import (
 	"bufio"
 	"io"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // startServer runs an in-process server on a real loopback socket.
@@ -114,4 +118,53 @@ func TestQuitFlushesEarlierReplies(t *testing.T) {
 	if rest, _ := io.ReadAll(bufio.NewReader(c)); len(rest) != 0 {
 		t.Fatalf("bytes after quit: %q", rest)
 	}
+}
+
+// The server's side of a TCP connection has TCP_NODELAY (replies are not
+// held back by Nagle's algorithm) and SO_KEEPALIVE, as upstream's: they
+// come from the listening socket, with no setsockopt per connection, except
+// for connections that were queued before the listener had them (the
+// first, here, dialled before Serve has run).
+func TestAcceptedSocketHasNoDelayAndKeepAlive(t *testing.T) {
+	addr := startServer(t, 65535)
+	for range 2 {
+		c := dial(t, addr)
+		send(t, c, "list-tube-used\r\n")
+		expect(t, c, "USING default\r\n")
+		checkServerSocketOptions(t, c.LocalAddr().(*net.TCPAddr).Port)
+	}
+}
+
+// checkServerSocketOptions finds the server's end of the connection from
+// client port port among this process's descriptors (the server runs in
+// the test) and checks its options.
+func checkServerSocketOptions(t *testing.T, port int) {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		peer, err := unix.Getpeername(fd)
+		if err != nil {
+			continue
+		}
+		if sa, ok := peer.(*unix.SockaddrInet4); !ok || sa.Port != port {
+			continue
+		}
+		for _, o := range []struct {
+			name       string
+			level, opt int
+		}{{"TCP_NODELAY", unix.IPPROTO_TCP, unix.TCP_NODELAY}, {"SO_KEEPALIVE", unix.SOL_SOCKET, unix.SO_KEEPALIVE}} {
+			if v, err := unix.GetsockoptInt(fd, o.level, o.opt); err != nil || v == 0 {
+				t.Errorf("server's socket: %s = %d (%v)", o.name, v, err)
+			}
+		}
+		return
+	}
+	t.Fatal("the server's end of the connection is not among this process's descriptors")
 }

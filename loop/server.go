@@ -132,6 +132,9 @@ func New(cfg Config, eng *engine.Engine) (*Server, error) {
 		gnet.WithNumEventLoop(cfg.Loops),
 		gnet.WithLoadBalancing(gnet.LeastConnections),
 		gnet.WithReadBufferCap(256<<10),
+		// Accepted sockets inherit TCP_NODELAY from the listener
+		// (listenerFile): EnrollFD need not set it on each.
+		gnet.WithTCPNoDelay(gnet.TCPDelay),
 		// EOF does not close: what the peer sent before it is answered
 		// first (our patched gnet, see third_party/PATCHES.md).
 		gnet.WithHalfClose(true),
