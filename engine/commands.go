@@ -20,7 +20,10 @@ import (
 // crash would then take back. The putting client's later commands that
 // read shared state wait for that too (the loop's rule), so it never
 // misses its own job.
-func (c *Client) Put(id uint64, pri uint32, delay, ttr time.Duration, body []byte) (*Job, error) {
+//
+// now is the engine's clock (Engine.Now) when the put arrived: a loop
+// reads it once for all the puts of one pass.
+func (c *Client) Put(now int64, id uint64, pri uint32, delay, ttr time.Duration, body []byte) (*Job, error) {
 	if ttr < time.Second {
 		ttr = time.Second
 	}
@@ -28,10 +31,9 @@ func (c *Client) Put(id uint64, pri uint32, delay, ttr time.Duration, body []byt
 	if !c.e.charge(int(c.shard), cost) {
 		return nil, ErrNoMemory
 	}
-	// One clock read: the creation time is the engine's monotonic clock
-	// on its wall-clock base (journal.go), which is also what stats-job's
-	// age is measured against.
-	now := c.e.mono()
+	// The creation time is the engine's monotonic clock on its wall-clock
+	// base (journal.go), which is also what stats-job's age is measured
+	// against.
 	t := c.use
 	j := &Job{ID: id, Tube: t, Body: body, Pri: pri, heapIndex: -1,
 		delay: seconds(delay), ttr: seconds(ttr), createdAt: c.e.wall(now)}

@@ -17,7 +17,7 @@ func BenchmarkPipelinedDrainOfDeepTube(b *testing.B) {
 	body := []byte("0123456789012345678901234567890123456789012345678901234567890123\r\n")
 	fill := func() {
 		for range depth {
-			if _, err := c.Put(e.NextID(), 1024, 0, time.Minute, body); err != nil {
+			if _, err := c.Put(e.Now(), e.NextID(), 1024, 0, time.Minute, body); err != nil {
 				b.Fatal(err)
 			}
 		}

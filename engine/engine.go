@@ -47,6 +47,9 @@ func New(loops int) *Engine {
 // pauses must not move when the wall clock is stepped.
 func (e *Engine) mono() int64 { return int64(time.Since(e.base)) }
 
+// Now is the engine's clock, for Client.Put.
+func (e *Engine) Now() int64 { return e.mono() }
+
 // Shards is the number of loop shards the engine was made for.
 func (e *Engine) Shards() int { return len(e.ctr.shards) - 1 }
 

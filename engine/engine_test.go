@@ -21,7 +21,7 @@ func newTestClient(e *Engine, shard int) (*Client, chan *Client) {
 
 func put(t *testing.T, c *Client, pri uint32, delay time.Duration, body string) *Job {
 	t.Helper()
-	j, err := c.Put(c.e.NextID(), pri, delay, 10*time.Second, []byte(body+"\r\n"))
+	j, err := c.Put(c.e.Now(), c.e.NextID(), pri, delay, 10*time.Second, []byte(body+"\r\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestReserveWithTimeoutTimesOut(t *testing.T) {
 func TestTTRExpiryReturnsJobToReady(t *testing.T) {
 	e := New(1)
 	c, _ := newTestClient(e, 1)
-	j, _ := c.Put(e.NextID(), 0, 0, time.Second, []byte("x\r\n"))
+	j, _ := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, []byte("x\r\n"))
 	if got, o := c.Reserve(0); o != GotJob || got != j {
 		t.Fatal("reserve")
 	}

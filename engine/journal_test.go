@@ -147,7 +147,7 @@ func TestFailedPutIsNeverPublishedAndTheLogRefusesChanges(t *testing.T) {
 	// From now on the log refuses everything, as persist does after a
 	// failed write: nothing may change.
 	f.refuse = persist.ErrFailed
-	if _, err := c.Put(e.NextID(), 0, 0, time.Second, []byte("x\r\n")); !errors.Is(err, ErrLogFailed) {
+	if _, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, []byte("x\r\n")); !errors.Is(err, ErrLogFailed) {
 		t.Fatalf("put after the failure: %v, want ErrLogFailed", err)
 	}
 	if ok, err := c.Delete(j1.ID); !ok || !errors.Is(err, ErrLogFailed) {
@@ -162,7 +162,7 @@ func TestFullDiskRefusesPutWithNoRoom(t *testing.T) {
 	e, f := newJournaled(1)
 	c, _ := newTestClient(e, 1)
 	f.refuse = persist.ErrNoSpace
-	if _, err := c.Put(e.NextID(), 0, 0, time.Second, []byte("x\r\n")); !errors.Is(err, ErrNoRoom) {
+	if _, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, []byte("x\r\n")); !errors.Is(err, ErrNoRoom) {
 		t.Fatalf("put on a full disk: %v, want ErrNoRoom", err)
 	}
 	if a, _, _ := c.Durability(); a != 0 {

@@ -40,7 +40,7 @@ func TestJobMemoryCeiling(t *testing.T) {
 	c, _ := newTestClient(e, 1)
 	var jobs []*Job
 	for {
-		j, err := c.Put(e.NextID(), 0, 0, time.Second, body(65538))
+		j, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, body(65538))
 		if errors.Is(err, ErrNoMemory) {
 			break
 		}
@@ -63,16 +63,16 @@ func TestJobMemoryCeiling(t *testing.T) {
 	}
 	// The ceiling is on the total: a small put is refused too if it does
 	// not fit, and fits if it does.
-	if _, err := c.Put(e.NextID(), 0, 0, time.Second, body(3)); err != nil {
+	if _, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, body(3)); err != nil {
 		t.Fatalf("a 1-byte job under the remaining %d bytes: %v", cost/2, err)
 	}
 	if ok, err := c.Delete(jobs[0].ID); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if _, err := c.Put(e.NextID(), 0, 0, time.Second, body(65538)); err != nil {
+	if _, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, body(65538)); err != nil {
 		t.Fatalf("put after a delete: %v", err)
 	}
-	if _, err := c.Put(e.NextID(), 0, 0, time.Second, body(65538)); !errors.Is(err, ErrNoMemory) {
+	if _, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, body(65538)); !errors.Is(err, ErrNoMemory) {
 		t.Fatalf("second put after one delete: %v, want ErrNoMemory", err)
 	}
 }
@@ -102,7 +102,7 @@ func TestJobMemoryGrantsStayUnderTheCeiling(t *testing.T) {
 		}
 		g := e.ctr.shards[i+1].v[cJobGrant].Load()
 		size := 1000 + (k*7919)%30000
-		_, err := cs[i].Put(e.NextID(), 0, 0, time.Second, body(size))
+		_, err := cs[i].Put(e.Now(), e.NextID(), 0, 0, time.Second, body(size))
 		if errors.Is(err, ErrNoMemory) {
 			refused[i] = true
 			continue
@@ -153,18 +153,18 @@ func TestJobMemoryWithJournal(t *testing.T) {
 	cost := jobCost(body(1002))
 	e.SetJobMemoryLimit(2 * cost)
 	c, _ := newTestClient(e, 1)
-	j1, err := c.Put(e.NextID(), 0, 0, time.Second, body(1002))
+	j1, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, body(1002))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if usedMemory(e) != cost {
 		t.Fatalf("a put waiting for the log is charged %d, want %d", usedMemory(e), cost)
 	}
-	if _, err := c.Put(e.NextID(), 0, 0, time.Second, body(1002)); err != nil {
+	if _, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, body(1002)); err != nil {
 		t.Fatal(err)
 	}
 	// Both are pending: the third does not fit.
-	if _, err := c.Put(e.NextID(), 0, 0, time.Second, body(1002)); !errors.Is(err, ErrNoMemory) {
+	if _, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, body(1002)); !errors.Is(err, ErrNoMemory) {
 		t.Fatalf("third put: %v, want ErrNoMemory", err)
 	}
 	if f.unacked() != 2 {
@@ -176,7 +176,7 @@ func TestJobMemoryWithJournal(t *testing.T) {
 		t.Fatalf("after a failed put: %d charged, want %d", usedMemory(e), cost)
 	}
 	f.refuse = persist.ErrNoSpace
-	if _, err := c.Put(e.NextID(), 0, 0, time.Second, body(1002)); !errors.Is(err, ErrNoRoom) {
+	if _, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, body(1002)); !errors.Is(err, ErrNoRoom) {
 		t.Fatalf("put on a full disk: %v", err)
 	}
 	if usedMemory(e) != cost {
@@ -201,7 +201,7 @@ func TestJobMemoryCountsRestoredJobs(t *testing.T) {
 		t.Fatalf("restored job charged %d, want %d", usedMemory(e), jobCost(body(1002)))
 	}
 	c, _ := newTestClient(e, 1)
-	if _, err := c.Put(e.NextID(), 0, 0, time.Second, body(3)); !errors.Is(err, ErrNoMemory) {
+	if _, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, body(3)); !errors.Is(err, ErrNoMemory) {
 		t.Fatalf("put past the ceiling after recovery: %v", err)
 	}
 }
@@ -226,7 +226,7 @@ func TestJobOverheadCoversTheHeap(t *testing.T) {
 	}
 	before := heap()
 	for i := range bodies {
-		if _, err := c.Put(e.NextID(), uint32(i%7), 0, time.Second, bodies[i]); err != nil {
+		if _, err := c.Put(e.Now(), e.NextID(), uint32(i%7), 0, time.Second, bodies[i]); err != nil {
 			t.Fatal(err)
 		}
 	}

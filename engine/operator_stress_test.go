@@ -84,7 +84,7 @@ func operatorChurn(t *testing.T, journaled bool) {
 				switch rnd(10) {
 				case 0, 1, 2:
 					c.Use([]byte(tubes[rnd(4)]))
-					if j, err := c.Put(e.NextID(), rnd(2000), time.Duration(rnd(3))*time.Millisecond, time.Second, []byte("x\r\n")); err == nil {
+					if j, err := c.Put(e.Now(), e.NextID(), rnd(2000), time.Duration(rnd(3))*time.Millisecond, time.Second, []byte("x\r\n")); err == nil {
 						puts.Add(1)
 						recent[j.ID%64].Store(j.ID)
 					}

@@ -173,7 +173,7 @@ func TestReviewInvariantsUnderChurn(t *testing.T) {
 				switch rnd(12) {
 				case 0, 1:
 					c.Use(tubes[rnd(3)])
-					c.Put(e.NextID(), 1000+rnd(50), time.Duration(rnd(2))*time.Millisecond*time.Duration(rnd(5)), time.Second, []byte("x\r\n"))
+					c.Put(e.Now(), e.NextID(), 1000+rnd(50), time.Duration(rnd(2))*time.Millisecond*time.Duration(rnd(5)), time.Second, []byte("x\r\n"))
 				case 2, 3:
 					j, o := c.Reserve(time.Duration(rnd(3)) * time.Millisecond)
 					if o == Parked {
@@ -284,7 +284,7 @@ func TestReviewDelayedTimerNeverLost(t *testing.T) {
 			for range 400 {
 				seed = seed*1664525 + 1013904223
 				d := time.Duration(1+(seed>>8)%20) * time.Millisecond
-				c.Put(e.NextID(), 0, d, time.Second, []byte("x\r\n"))
+				c.Put(e.Now(), e.NextID(), 0, d, time.Second, []byte("x\r\n"))
 				if seed%8 == 0 {
 					time.Sleep(time.Millisecond)
 				}
@@ -308,7 +308,7 @@ func TestReviewDelayedTimerNeverLost(t *testing.T) {
 func TestReviewZeroTimeoutInsideMarginIsDeadlineSoon(t *testing.T) {
 	e := New(1)
 	c, _ := newTestClient(e, 1)
-	c.Put(e.NextID(), 0, 0, time.Second, []byte("a\r\n")) // ttr 1 s: in the margin at once
+	c.Put(e.Now(), e.NextID(), 0, 0, time.Second, []byte("a\r\n")) // ttr 1 s: in the margin at once
 	if _, o := c.Reserve(0); o != GotJob {
 		t.Fatal("reserve")
 	}

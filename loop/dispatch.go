@@ -216,7 +216,7 @@ func (s *Server) finishPut(c *conn) {
 		return
 	}
 	p := c.put
-	j, err := c.cl.Put(p.id, p.pri, time.Duration(p.delay)*time.Second, time.Duration(p.ttr)*time.Second, body)
+	j, err := c.cl.Put(c.ls.passClock(), p.id, p.pri, time.Duration(p.delay)*time.Second, time.Duration(p.ttr)*time.Second, body)
 	if err != nil {
 		// The job-memory ceiling or the binlog refused it (the id is burned).
 		out.buf = append(out.buf, refusal(err)...)

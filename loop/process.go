@@ -29,6 +29,7 @@ const directBody = 16 << 10
 func (s *Server) process(c *conn) gnet.Action {
 	out := &c.ls.out
 	out.claim(c)
+	c.ls.now = 0
 	action := s.pass(c)
 	// Still waiting for the log? Ask it for a wake-up, the one place that
 	// does; if the records were acknowledged meanwhile, go round again.
