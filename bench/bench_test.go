@@ -420,3 +420,28 @@ func TestPinnedCopiesFollowTheirOriginals(t *testing.T) {
 		}
 	}
 }
+
+func TestTargetsAreCheckedAgainstTheirRows(t *testing.T) {
+	res := func(name string, bp, bs Metrics) *VarResult {
+		return &VarResult{V: &Variant{Name: name}, Res: [2]*CtResult{{Median: bp}, {Median: bs}}}
+	}
+	out := renderTargets([]*VarResult{
+		res("pipeline-c1-pinned", Metrics{"put.rate": 500e3, "put.srvus": 1, "drain.rate": 300e3, "drain.srvus": 2},
+			Metrics{"put.rate": 100e3, "put.srvus": 12, "drain.rate": 50e3, "drain.srvus": 15}),
+		res("idle-500", Metrics{"rss_per_conn": 0.5, "accept_ms": 90}, Metrics{"rss_per_conn": 0.9, "accept_ms": 100}),
+	}, 500)
+	for _, want := range []string{
+		"pipelined puts, pinned ≥ 10× C  ", // the line, then its figures
+		"5.00x  not met",
+		"12.00x  MET", // server CPU per put: 12 times less than C's
+		"7.50x  not met",
+		"idle-500",
+		"512 B  MET",
+		"0.90x  MET", // accepting the most connections
+		"not measured in this run",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("targets report lacks %q:\n%s", want, out)
+		}
+	}
+}
