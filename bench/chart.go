@@ -40,6 +40,9 @@ func writeChart(path string, results []*VarResult) error {
 	thr := panel{title: "put/reserve/delete round trips", xlabel: "connections (log)", ylabel: "jobs/s", logX: true}
 	rss := panel{title: "server RSS with idle connections", xlabel: "idle connections", ylabel: "RSS MiB"}
 	for _, vr := range results {
+		if vr.V.Pinned {
+			continue // the charts are of the unpinned runs
+		}
 		for ci, cr := range vr.Res {
 			if cr.Median == nil {
 				continue

@@ -50,7 +50,6 @@ type RowDef struct {
 	Lat     bool // has <key>p50/p99/p999 (µs)
 	LatWhat string
 	NoCPU   bool // the CPU columns do not apply
-	Conns   int  // x value for charts (0: none)
 }
 
 // Variant is one concrete configuration of a scenario: one server start
@@ -87,7 +86,7 @@ func buildVariants(o *Options) []*Variant {
 		vs = append(vs, &Variant{
 			Name: fmt.Sprintf("roundtrip-c%d", c), Group: "roundtrip", Num: 1,
 			Desc:  fmt.Sprintf("put/reserve/delete round trips, one command in flight, %d connections, %d-byte bodies", c, o.Size),
-			Rows:  []RowDef{{Title: fmt.Sprintf("roundtrip c=%d", c), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command", Conns: c}},
+			Rows:  []RowDef{{Title: fmt.Sprintf("roundtrip c=%d", c), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command"}},
 			Flags: noFlags,
 			Run:   func(rc *RunCtx) (Metrics, error) { return runRoundTrip(rc, c, o.Size, "") },
 		})
@@ -133,7 +132,7 @@ func buildVariants(o *Options) []*Variant {
 			Name: fmt.Sprintf("idle-%d", n), Group: "idle", Num: 5,
 			Desc: fmt.Sprintf("%d idle connections (each answered one command): server RSS per connection, time to accept them all, round-trip latency with them open", n),
 			Rows: []RowDef{
-				{Key: "", Title: fmt.Sprintf("idle %d: RSS/conn", n), Metric: "rss_per_conn", Unit: "KiB", Lat: true, LatWhat: "1-conn round trip", Conns: n},
+				{Key: "", Title: fmt.Sprintf("idle %d: RSS/conn", n), Metric: "rss_per_conn", Unit: "KiB", Lat: true, LatWhat: "1-conn round trip"},
 				{Key: "", Title: fmt.Sprintf("idle %d: accept all", n), Metric: "accept_ms", Unit: "ms", NoCPU: true},
 			},
 			Flags: noFlags,
@@ -196,7 +195,6 @@ func withPinnedCopies(vs []*Variant, only string) []*Variant {
 		p.Rows = make([]RowDef, len(v.Rows))
 		for i, rd := range v.Rows {
 			rd.Title += " [pinned]"
-			rd.Conns = 0 // the charts plot the unpinned runs
 			p.Rows[i] = rd
 		}
 		out = append(out, &p)
