@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"math/rand"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -429,7 +430,7 @@ func TestTargetsAreCheckedAgainstTheirRows(t *testing.T) {
 		res("pipeline-c1-pinned", Metrics{"put.rate": 500e3, "put.srvus": 1, "drain.rate": 300e3, "drain.srvus": 2},
 			Metrics{"put.rate": 100e3, "put.srvus": 12, "drain.rate": 50e3, "drain.srvus": 15}),
 		res("idle-500", Metrics{"rss_per_conn": 0.5, "accept_ms": 90}, Metrics{"rss_per_conn": 0.9, "accept_ms": 100}),
-	}, 500)
+	}, 500, false)
 	for _, want := range []string{
 		"pipelined puts, pinned ≥ 10× C  ", // the line, then its figures
 		"5.00x  not met",
@@ -443,5 +444,16 @@ func TestTargetsAreCheckedAgainstTheirRows(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("targets report lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestPinnedRunReadsPinnedTargetsFromPlainRows(t *testing.T) {
+	vr := &VarResult{V: &Variant{Name: "roundtrip-c50"}, Res: [2]*CtResult{{Median: Metrics{"rate": 12}}, {Median: Metrics{"rate": 10}}}}
+	out := renderTargets([]*VarResult{vr}, 500, true)
+	if !regexp.MustCompile(`50 connections, pinned .* roundtrip-c50 +1\.20x  MET`).MatchString(out) {
+		t.Errorf("pinned run: round trips at 50 not read from roundtrip-c50:\n%s", out)
+	}
+	if !regexp.MustCompile(`accept 10,000 connections, unpinned.* not measured`).MatchString(out) {
+		t.Errorf("pinned run: an unpinned target was measured:\n%s", out)
 	}
 }

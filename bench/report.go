@@ -223,7 +223,7 @@ func renderTable(results []*VarResult, meta *Meta) string {
 		b.WriteString(n + "\n")
 	}
 	if strings.HasPrefix(meta.Versions["beanstalkd"], "beanstalkd ") { // the targets are against C
-		b.WriteString(renderTargets(results, int(meta.NoFile)-fdMargin-2))
+		b.WriteString(renderTargets(results, int(meta.NoFile)-fdMargin-2, meta.Options.PinAll))
 	}
 	return b.String()
 }

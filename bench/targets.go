@@ -11,7 +11,10 @@ import (
 type target struct {
 	what    string
 	variant string // variant name; "idle-max" is the largest idle count
-	metric  string // key of the row's primary metric
+	// mode: the target is for pinned or unpinned runs; "" for either (it
+	// is read from the plain row).
+	mode   string
+	metric string // key of the row's primary metric
 	// Exactly one of the bounds applies: the ratio beanpole ÷ beanstalkd
 	// at least minRatio or at most maxRatio, and beanpole's own figure at
 	// most maxValue (when not zero).
@@ -23,30 +26,32 @@ type target struct {
 }
 
 var targets = []target{
-	{what: "accept 10,000 connections, unpinned: time ≤ C", variant: "idle-10000", metric: "accept_ms", maxRatio: 1},
-	{what: "accept 10,000 connections, pinned: time ≤ C", variant: "idle-10000-pinned", metric: "accept_ms", maxRatio: 1},
-	{what: "accept the most connections, unpinned: time ≤ C", variant: "idle-max", metric: "accept_ms", maxRatio: 1},
-	{what: "accept the most connections, pinned: time ≤ C", variant: "idle-max-pinned", metric: "accept_ms", maxRatio: 1},
+	{what: "accept 10,000 connections, unpinned: time ≤ C", variant: "idle-10000", mode: "unpinned", metric: "accept_ms", maxRatio: 1},
+	{what: "accept 10,000 connections, pinned: time ≤ C", variant: "idle-10000", mode: "pinned", metric: "accept_ms", maxRatio: 1},
+	{what: "accept the most connections, unpinned: time ≤ C", variant: "idle-max", mode: "unpinned", metric: "accept_ms", maxRatio: 1},
+	{what: "accept the most connections, pinned: time ≤ C", variant: "idle-max", mode: "pinned", metric: "accept_ms", maxRatio: 1},
 	{what: "RSS per idle connection at 10,000 ≤ C", variant: "idle-10000", metric: "rss_per_conn", maxRatio: 1},
 	{what: "RSS per idle connection at 10,000 ≤ 600 B", variant: "idle-10000", metric: "rss_per_conn", maxValue: 600.0 / 1024, unit: "KiB"},
 	{what: "RSS per idle connection at the most ≤ C", variant: "idle-max", metric: "rss_per_conn", maxRatio: 1},
 	{what: "RSS per idle connection at the most ≤ 600 B", variant: "idle-max", metric: "rss_per_conn", maxValue: 600.0 / 1024, unit: "KiB"},
-	{what: "round trips, 10 connections, pinned ≥ 1.1× C", variant: "roundtrip-c10-pinned", metric: "rate", minRatio: 1.1},
-	{what: "round trips, 50 connections, pinned ≥ 1.1× C", variant: "roundtrip-c50-pinned", metric: "rate", minRatio: 1.1},
-	{what: "pipelined puts, pinned ≥ 10× C", variant: "pipeline-c1-pinned", metric: "put.rate", minRatio: 10},
-	{what: "pipelined puts, pinned: server CPU per put ≥ 10× less than C's", variant: "pipeline-c1-pinned", metric: "put.srvus", minRatio: 10, inverse: true},
-	{what: "pipelined reserve+delete, pinned ≥ 10× C", variant: "pipeline-c1-pinned", metric: "drain.rate", minRatio: 10},
-	{what: "pipelined reserve+delete, pinned: server CPU per job ≥ 10× less than C's", variant: "pipeline-c1-pinned", metric: "drain.srvus", minRatio: 10, inverse: true},
-	{what: "64 KiB bodies, pinned ≥ 1.2× C", variant: "large-64KiB-pinned", metric: "mbps", minRatio: 1.2},
-	{what: "64 KiB bodies, unpinned ≥ 1.2× C", variant: "large-64KiB", metric: "mbps", minRatio: 1.2},
-	{what: "1 MiB bodies, pinned ≥ 1.2× C", variant: "large-1MiB-pinned", metric: "mbps", minRatio: 1.2},
-	{what: "1 MiB bodies, unpinned ≥ 1.2× C", variant: "large-1MiB", metric: "mbps", minRatio: 1.2},
+	{what: "round trips, 10 connections, pinned ≥ 1.1× C", variant: "roundtrip-c10", mode: "pinned", metric: "rate", minRatio: 1.1},
+	{what: "round trips, 50 connections, pinned ≥ 1.1× C", variant: "roundtrip-c50", mode: "pinned", metric: "rate", minRatio: 1.1},
+	{what: "pipelined puts, pinned ≥ 10× C", variant: "pipeline-c1", mode: "pinned", metric: "put.rate", minRatio: 10},
+	{what: "pipelined puts, pinned: server CPU per put ≥ 10× less than C's", variant: "pipeline-c1", mode: "pinned", metric: "put.srvus", minRatio: 10, inverse: true},
+	{what: "pipelined reserve+delete, pinned ≥ 10× C", variant: "pipeline-c1", mode: "pinned", metric: "drain.rate", minRatio: 10},
+	{what: "pipelined reserve+delete, pinned: server CPU per job ≥ 10× less than C's", variant: "pipeline-c1", mode: "pinned", metric: "drain.srvus", minRatio: 10, inverse: true},
+	{what: "64 KiB bodies, pinned ≥ 1.2× C", variant: "large-64KiB", mode: "pinned", metric: "mbps", minRatio: 1.2},
+	{what: "64 KiB bodies, unpinned ≥ 1.2× C", variant: "large-64KiB", mode: "unpinned", metric: "mbps", minRatio: 1.2},
+	{what: "1 MiB bodies, pinned ≥ 1.2× C", variant: "large-1MiB", mode: "pinned", metric: "mbps", minRatio: 1.2},
+	{what: "1 MiB bodies, unpinned ≥ 1.2× C", variant: "large-1MiB", mode: "unpinned", metric: "mbps", minRatio: 1.2},
 	{what: "memory per queued 100-byte job ≤ C", variant: "memory-1000000", metric: "rss_per_job", maxRatio: 1},
 }
 
 // renderTargets checks every target whose row the run has; the others are
-// listed as not measured.
-func renderTargets(results []*VarResult, maxIdle int) string {
+// listed as not measured. In a run that pinned everything (-pin), the
+// pinned targets are read from the plain rows and the unpinned ones are
+// not measured.
+func renderTargets(results []*VarResult, maxIdle int, pinAll bool) string {
 	byName := map[string]*VarResult{}
 	for _, vr := range results {
 		byName[vr.V.Name] = vr
@@ -55,6 +60,12 @@ func renderTargets(results []*VarResult, maxIdle int) string {
 	met, measured := 0, 0
 	for _, t := range targets {
 		name := strings.Replace(t.variant, "idle-max", fmt.Sprintf("idle-%d", maxIdle), 1)
+		switch {
+		case t.mode == "pinned" && !pinAll:
+			name += "-pinned"
+		case t.mode == "unpinned" && pinAll:
+			name = "" // not in this run
+		}
 		vr := byName[name]
 		if vr == nil {
 			rows = append(rows, []string{t.what, "-", "-", "not measured in this run"})
