@@ -3,6 +3,8 @@ package persist
 import (
 	"encoding/binary"
 	"hash/crc32"
+
+	"github.com/beanpole/beanpole/persist/internal/zeros"
 )
 
 // On-disk framing. Everything is little-endian.
@@ -71,13 +73,13 @@ func parseSegHeader(b []byte) (seq uint64, st headerStatus) {
 		}
 	}
 	if len(b) < segHeaderSize {
-		if allZero(b) {
+		if zeros.All(b) {
 			return 0, hdrEmpty
 		}
 		return 0, hdrBad
 	}
 	b = b[:segHeaderSize]
-	if allZero(b) {
+	if zeros.All(b) {
 		return 0, hdrEmpty
 	}
 	if string(b[0:8]) != segMagic {
@@ -122,21 +124,4 @@ func appendFrame(dst []byte, lsn uint64, payload []byte, crc uint32) []byte {
 	putFrameHeader(h[:], frameHeader{n: uint32(len(payload)), lsn: lsn, crc: crc})
 	dst = append(dst, h[:]...)
 	return append(dst, payload...)
-}
-
-func allZero(b []byte) bool {
-	// Compare eight bytes at a time: recovery runs this over whole
-	// preallocated segments.
-	for len(b) >= 8 {
-		if binary.LittleEndian.Uint64(b) != 0 {
-			return false
-		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }

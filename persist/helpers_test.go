@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beanpole/beanpole/persist/internal/zeros"
 	"github.com/rs/zerolog"
 )
 
@@ -456,7 +457,7 @@ func frames(t testing.TB, path string) (offs []int64, ends []int64) {
 	off := int64(segHeaderSize)
 	for off+frameHeaderSize <= int64(len(buf)) {
 		h, ok := parseFrameHeader(buf[off : off+frameHeaderSize])
-		if !ok || allZero(buf[off:off+frameHeaderSize]) {
+		if !ok || zeros.All(buf[off:off+frameHeaderSize]) {
 			break
 		}
 		offs = append(offs, off)

@@ -85,7 +85,7 @@ func writeStaged(opts Options, log zerolog.Logger, staging string, jobs []*upstr
 func importedJob(u *upstream.Job, body []byte) (*Job, error) {
 	j := &Job{ID: u.ID, Tube: u.Tube, Pri: u.Pri, Delay: u.Delay, TTR: u.TTR, CreatedAt: u.CreatedAt,
 		Deadline: u.Deadline, BuriedSeq: u.BuriedSeq, Body: body,
-		Counters: Counters{Reserves: u.Reserves, Timeouts: u.Timeouts, Releases: u.Releases, Buries: u.Buries, Kicks: u.Kicks}}
+		Counters: Counters(u.Counters)}
 	switch u.State {
 	case upstream.Ready:
 		j.State = StateReady

@@ -1,6 +1,10 @@
 package persist
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/beanpole/beanpole/persist/internal/zeros"
+)
 
 // segScan is what reading one segment file found.
 type segScan struct {
@@ -47,7 +51,7 @@ func scanSegment(buf []byte, seq, prevLSN uint64, apply func(r *record, lsn uint
 	sc := &segScan{seq: seq, size: int64(len(buf)), lostAt: -1}
 	hseq, st := parseSegHeader(buf)
 	sc.hdr = st
-	if st == hdrEmpty && allZero(buf) {
+	if st == hdrEmpty && zeros.All(buf) {
 		sc.empty = true
 		return sc
 	}
@@ -66,16 +70,16 @@ func scanSegment(buf []byte, seq, prevLSN uint64, apply func(r *record, lsn uint
 	lose := func(why string) { sc.lostAt, sc.lostWhy = off, why }
 	for off < size {
 		if size-off < frameHeaderSize {
-			if !allZero(buf[off:]) {
+			if !zeros.All(buf[off:]) {
 				lose("incomplete frame header at end of file")
 			}
 			break
 		}
 		hb := buf[off : off+frameHeaderSize]
-		if allZero(hb) {
+		if zeros.All(hb) {
 			// End of the data. Anything non-zero after this point was
 			// written out of order and then cut off (a lost page).
-			if !allZero(buf[off:]) {
+			if !zeros.All(buf[off:]) {
 				lose("zeros followed by more data")
 			}
 			break

@@ -1,6 +1,10 @@
 package upstream
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/beanpole/beanpole/persist/internal/zeros"
+)
 
 // outcome is what the parser found at an offset.
 type outcome int
@@ -45,7 +49,7 @@ func (p *parser) parse(off int64) (r record, out outcome, f *fault, err error) {
 		return r, 0, nil, err
 	}
 	if len(b) < lay.nameWidth {
-		if allZero(b) {
+		if zeros.All(b) {
 			return r, atZeros, nil, nil
 		}
 		return bad(size, "cut short by the end of the file")
@@ -59,7 +63,7 @@ func (p *parser) parse(off int64) (r record, out outcome, f *fault, err error) {
 		return r, 0, nil, err
 	}
 	if len(b) < head {
-		if allZero(b) {
+		if zeros.All(b) {
 			return r, atZeros, nil, nil
 		}
 		return bad(size, "cut short by the end of the file")
@@ -68,7 +72,7 @@ func (p *parser) parse(off int64) (r record, out outcome, f *fault, err error) {
 	r.tube = p.name[:copy(p.name[:nl], b[lay.nameWidth:])]
 	lay.decodeJob(b[lay.nameWidth+int(nl):], &r)
 	switch {
-	case r.id == 0 && nl == 0 && allZero(b):
+	case r.id == 0 && nl == 0 && zeros.All(b):
 		return r, atZeros, nil, nil
 	case r.id == 0:
 		return bad(off+int64(head), "job id 0")

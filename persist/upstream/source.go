@@ -3,6 +3,8 @@ package upstream
 import (
 	"fmt"
 	"io"
+
+	"github.com/beanpole/beanpole/persist/internal/zeros"
 )
 
 // source gives the parser the bytes of one file.
@@ -76,7 +78,7 @@ func firstNonZero(src source, from int64) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if !allZero(b) {
+		if !zeros.All(b) {
 			for i, c := range b {
 				if c != 0 {
 					return off + int64(i), nil
