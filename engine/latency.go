@@ -39,16 +39,13 @@ func (h *Histogram) observe(d int64) {
 	h.Sum += time.Duration(d)
 }
 
-// add adds o's observations to h.
-func (h *Histogram) add(o *Histogram) {
+// Add adds o's observations to h (to sum tubes).
+func (h *Histogram) Add(o Histogram) {
 	for i := range h.Counts {
 		h.Counts[i] += o.Counts[i]
 	}
 	h.Sum += o.Sum
 }
-
-// Add adds o's observations to h (to sum tubes).
-func (h *Histogram) Add(o Histogram) { h.add(&o) }
 
 type latency struct{ wait, run Histogram }
 
