@@ -153,18 +153,30 @@ func (c *Client) Delete(id uint64) (bool, error) {
 		c.unlinkReserved(j)
 		j.owner = nil
 	}
-	t.remove(j, int(c.shard))
-	j.state = Deleted
-	t.jobs--
+	t.deleteLocked(j, int(c.shard))
 	t.cmdDelete++
 	empty := t.jobs == 0
 	t.mu.Unlock()
-	c.e.jobs.Delete(id)
-	c.e.uncharge(int(c.shard), jobCost(j.Body))
+	c.e.forget(j, int(c.shard))
 	if empty {
 		c.e.reg.maybeFree(t)
 	}
 	return true, nil
+}
+
+// deleteLocked takes j (no longer reserved) out of t for good. Caller
+// holds t.mu and, once it has let go of it, calls Engine.forget.
+func (t *Tube) deleteLocked(j *Job, shard int) {
+	t.remove(j, shard)
+	j.state = Deleted
+	t.jobs--
+}
+
+// forget drops a deleted job from the id table and uncharges its memory.
+// Caller holds no lock.
+func (e *Engine) forget(j *Job, shard int) {
+	e.jobs.Delete(j.ID)
+	e.uncharge(shard, jobCost(j.Body))
 }
 
 // Release gives back a job c holds, with a new priority and delay.

@@ -157,17 +157,14 @@ func (o *Operator) Flush(tube string, states ...State) (n int, err error) {
 						break
 					}
 				}
-				t.remove(j, int(c.shard))
-				j.state = Deleted
-				t.jobs--
+				t.deleteLocked(j, int(c.shard))
 				gone = append(gone, j)
 			}
 		}
 		empty := t.jobs == 0
 		t.mu.Unlock()
 		for _, j := range gone {
-			e.jobs.Delete(j.ID)
-			e.uncharge(int(c.shard), jobCost(j.Body))
+			e.forget(j, int(c.shard))
 		}
 		if empty {
 			e.reg.maybeFree(t)
@@ -267,13 +264,10 @@ func (o *Operator) Move(id uint64, tube string) (newID uint64, err error) {
 				return err
 			}
 		}
-		src.remove(j, int(c.shard))
-		j.state = Deleted
-		src.jobs--
+		src.deleteLocked(j, int(c.shard))
 		empty := src.jobs == 0
 		unlock()
-		e.jobs.Delete(id)
-		e.uncharge(int(c.shard), cost)
+		e.forget(j, int(c.shard))
 		if empty {
 			e.reg.maybeFree(src)
 		}
