@@ -7,7 +7,6 @@ package e2e
 // action did survives a restart.
 
 import (
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -41,18 +40,7 @@ func post(t *testing.T, base, path string, form url.Values, hdr ...string) (int,
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	c := http.Client{Timeout: defaultTimeout, CheckRedirect: func(*http.Request, []*http.Request) error {
-		return http.ErrUseLastResponse
-	}}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
-	}
+	resp, b := httpDo(t, req, false)
 	msg := ""
 	if _, rest, ok := strings.Cut(string(b), `id="error">`); ok {
 		msg, _, _ = strings.Cut(rest, "<")

@@ -40,17 +40,32 @@ func startHTTPServer(t *testing.T, extra ...string) (*server, string) {
 // httpGet fetches url and returns the status and body.
 func httpGet(t *testing.T, url string) (int, string) {
 	t.Helper()
-	c := http.Client{Timeout: defaultTimeout}
-	resp, err := c.Get(url)
+	req, err := http.NewRequest("GET", url, nil)
 	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
+		t.Fatal(err)
+	}
+	resp, b := httpDo(t, req, true)
+	return resp.StatusCode, string(b)
+}
+
+// httpDo sends req, following redirects or not, and returns the response
+// with its whole body read.
+func httpDo(t *testing.T, req *http.Request, followRedirects bool) (*http.Response, []byte) {
+	t.Helper()
+	c := http.Client{Timeout: defaultTimeout}
+	if !followRedirects {
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
-	return resp.StatusCode, string(b)
+	return resp, b
 }
 
 // scrape reads /metrics with Prometheus's own text parser.
