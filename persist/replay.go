@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/beanpole/beanpole/persist/internal/intern"
 )
 
 // replay folds records, in log order, into the set of live jobs.
@@ -15,7 +17,7 @@ type replay struct {
 	// orphans counts update records for jobs with no full record: normal
 	// when the full record's segment was reclaimed after a delete.
 	orphans int
-	tubes   map[string]string // interned tube names
+	tubes   intern.Strings // tube names
 }
 
 // rjob is a live job and where its latest full record is.
@@ -26,16 +28,7 @@ type rjob struct {
 }
 
 func newReplay() *replay {
-	return &replay{jobs: make(map[uint64]*rjob), tubes: make(map[string]string)}
-}
-
-func (r *replay) tube(b []byte) string {
-	if s, ok := r.tubes[string(b)]; ok {
-		return s
-	}
-	s := string(b)
-	r.tubes[s] = s
-	return s
+	return &replay{jobs: make(map[uint64]*rjob), tubes: intern.Strings{}}
 }
 
 func (r *replay) apply(rec *record, seq, lsn uint64, frameLen int64) error {
@@ -58,7 +51,7 @@ func (r *replay) apply(rec *record, seq, lsn uint64, frameLen int64) error {
 		// A full record replaces everything: it is either the put or a
 		// rewrite of the job as it was when compaction copied it.
 		j.Job = Job{
-			ID: rec.id, Tube: r.tube(rec.tube), Pri: rec.pri, State: rec.state,
+			ID: rec.id, Tube: r.tubes.Of(rec.tube), Pri: rec.pri, State: rec.state,
 			Delay: time.Duration(rec.delay), TTR: time.Duration(rec.ttr),
 			CreatedAt: rec.created, Deadline: rec.deadline, BuriedSeq: rec.buriedSeq,
 			Counters: rec.c, Body: append([]byte(nil), rec.body...),

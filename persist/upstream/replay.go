@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/beanpole/beanpole/persist/internal/intern"
 )
 
 // Job is a live job as upstream's binlog leaves it.
@@ -41,7 +43,7 @@ type Body struct {
 type Replay struct {
 	dir      string
 	jobs     map[uint64]*Job
-	tubes    map[string]string
+	tubes    intern.Strings
 	maxID    uint64
 	records  int
 	ignored  int
@@ -54,7 +56,7 @@ type Replay struct {
 
 // NewReplay starts the replay of the binlog in dir.
 func NewReplay(dir string) *Replay {
-	return &Replay{dir: dir, jobs: map[uint64]*Job{}, tubes: map[string]string{}}
+	return &Replay{dir: dir, jobs: map[uint64]*Job{}, tubes: intern.Strings{}}
 }
 
 func (rp *Replay) path(seq uint64) string {
@@ -141,7 +143,7 @@ func (rp *Replay) apply(seq uint64, lay layout, r *record) error {
 		return fmt.Errorf("job %d: a body of %d bytes where an earlier record has %d", r.id, r.bodySize, j.Body.Size)
 	}
 	if j == nil {
-		j = &Job{ID: r.id, Tube: rp.tube(r.tube)}
+		j = &Job{ID: r.id, Tube: rp.tubes.Of(r.tube)}
 		rp.jobs[r.id] = j
 	}
 	if r.full() {
@@ -162,15 +164,6 @@ func (rp *Replay) apply(seq uint64, lay layout, r *record) error {
 		j.State = Buried
 	}
 	return nil
-}
-
-func (rp *Replay) tube(b []byte) string {
-	if s, ok := rp.tubes[string(b)]; ok {
-		return s
-	}
-	s := string(b)
-	rp.tubes[s] = s
-	return s
 }
 
 // Jobs are the live jobs, ordered by where their bodies are, so that
