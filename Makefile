@@ -69,13 +69,13 @@ bench:
 	$(GO) run ./bench -beanpole bin/beanpole -beanstalkd $$(command -v beanstalkd) -out bench/results $(BENCHARGS)
 
 # beanpole against bench/floor, a gnet responder with no engine behind it:
-# how close the round trips and pipelines get to what gnet and the kernel
-# allow on this machine.
+# how close the round trips, pipelines and accepting 10,000 connections get
+# to what gnet and the kernel allow on this machine.
 bench-floor:
 	mkdir -p bin bench/results/floor
 	$(GO) build -o bin/beanpole .
 	$(GO) build -o bin/floor ./bench/floor
-	$(GO) run ./bench -beanpole bin/beanpole -beanstalkd bin/floor -only roundtrip,pipeline -pinned '' -out bench/results/floor $(BENCHARGS)
+	$(GO) run ./bench -beanpole bin/beanpole -beanstalkd bin/floor -only roundtrip,pipeline,idle-10000 -pinned '' -out bench/results/floor $(BENCHARGS)
 
 # A Debian package in bin/ (dist/mkdeb.sh): the binary, the units, the
 # defaults file, the man page and the docs.

@@ -6,7 +6,10 @@
 // It is a measuring stick, not a server: run the benchmark with
 // `-beanstalkd bin/floor -only roundtrip` and the ratio column shows how
 // close beanpole gets to what gnet and the kernel allow on this machine.
-// It only understands the roundtrip and pipeline scenarios' commands.
+// It only understands the roundtrip, pipeline and idle scenarios' commands.
+// For idle it is gnet's own accept path against beanpole's: gnet's main
+// reactor accepting for the event loops, or with -reuseport one listener
+// per loop.
 package main
 
 import (
@@ -25,6 +28,7 @@ import (
 
 var (
 	totalJobs atomic.Uint64
+	conns     atomic.Int64 // open connections, for stats' current-connections
 	mu        sync.Mutex
 	queue     []job
 )
@@ -41,8 +45,14 @@ type floor struct {
 // OnOpen gives each connection a reply buffer of its own, reused for every
 // batch, so the floor allocates only the job bodies it must keep.
 func (*floor) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	conns.Add(1)
 	c.SetContext(&replies{})
 	return nil, gnet.None
+}
+
+func (*floor) OnClose(gnet.Conn, error) gnet.Action {
+	conns.Add(-1)
+	return gnet.None
 }
 
 type replies struct{ buf []byte }
@@ -95,7 +105,7 @@ func (*floor) OnTraffic(c gnet.Conn) gnet.Action {
 			mu.Lock()
 			ready := len(queue)
 			mu.Unlock()
-			y := fmt.Appendf(nil, "---\ncurrent-jobs-ready: %d\ncurrent-jobs-reserved: 0\ntotal-jobs: %d\npid: %d\n", ready, totalJobs.Load(), os.Getpid())
+			y := fmt.Appendf(nil, "---\ncurrent-jobs-ready: %d\ncurrent-jobs-reserved: 0\ncurrent-connections: %d\ntotal-jobs: %d\npid: %d\n", ready, conns.Load(), totalJobs.Load(), os.Getpid())
 			out = fmt.Appendf(out, "OK %d\r\n%s\r\n", len(y), y)
 		default:
 			out = append(out, "UNKNOWN_COMMAND\r\n"...)
@@ -114,6 +124,7 @@ func main() {
 	addr := flag.String("l", "0.0.0.0", "listen address")
 	port := flag.Int("p", 11300, "port")
 	version := flag.Bool("v", false, "print the version")
+	reusePort := flag.Bool("reuseport", false, "accept on one SO_REUSEPORT listener per event loop instead of gnet's main reactor")
 	flag.Int("z", 65535, "ignored")
 	flag.Parse()
 	if *version {
@@ -121,7 +132,8 @@ func main() {
 		return
 	}
 	err := gnet.Run(&floor{}, fmt.Sprintf("tcp4://%s:%d", *addr, *port),
-		gnet.WithMulticore(true), gnet.WithNumEventLoop(runtime.GOMAXPROCS(0)), gnet.WithReuseAddr(true))
+		gnet.WithMulticore(true), gnet.WithNumEventLoop(runtime.GOMAXPROCS(0)), gnet.WithReuseAddr(true),
+		gnet.WithReusePort(*reusePort))
 	if err != nil && err != context.Canceled {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
