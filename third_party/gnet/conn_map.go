@@ -17,26 +17,89 @@
 package gnet
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/panjf2000/gnet/v2/internal/gfd"
 )
 
-type connMatrix struct {
-	connCount int32
-	connMap   map[int]*conn
+// Patched (see PATCHES.md): the connections of every event loop live in one
+// process-wide table indexed by descriptor, 8 bytes a descriptor, instead of
+// a Go map per loop (about 30 bytes a connection). A descriptor number names
+// one open socket in the whole process, so at most one loop's connection
+// holds a slot at a time; a loop only sees the connections that are its own
+// (getConn checks the owner), so an event for a number that another loop has
+// reused meanwhile is still a stale one, as it was with per-loop maps.
+//
+// Slots are read and written atomically: a number freed by one loop can be
+// taken by a connection of another at once. delConn clears a slot only if it
+// still holds that connection.
+const (
+	fdChunkBits = 10
+	fdChunkSize = 1 << fdChunkBits
+	fdChunks    = 1 << 10 // descriptors below 1<<20 use the table
+)
+
+type fdChunk [fdChunkSize]atomic.Pointer[conn]
+
+var fdTable struct {
+	chunks [fdChunks]atomic.Pointer[fdChunk] // allocated on first use
+	mu     sync.Mutex
+	high   map[int]*conn // descriptors from fdChunkSize*fdChunks up, rare
 }
 
-func (cm *connMatrix) init() {
-	cm.connMap = make(map[int]*conn)
+// fdSlot is fd's slot, allocating its chunk if create is set; nil for a
+// descriptor beyond the table (or whose chunk does not exist yet).
+func fdSlot(fd int, create bool) *atomic.Pointer[conn] {
+	i := fd >> fdChunkBits
+	if fd < 0 || i >= fdChunks {
+		return nil
+	}
+	ch := fdTable.chunks[i].Load()
+	if ch == nil {
+		if !create {
+			return nil
+		}
+		fdTable.chunks[i].CompareAndSwap(nil, new(fdChunk))
+		ch = fdTable.chunks[i].Load()
+	}
+	return &ch[fd&(fdChunkSize-1)]
+}
+
+type connMatrix struct {
+	connCount int32
+}
+
+func (cm *connMatrix) init() {}
+
+// owns reports whether c belongs to the loop whose table view cm is.
+func (cm *connMatrix) owns(c *conn) bool {
+	return c != nil && c.loop != nil && &c.loop.connections == cm
 }
 
 func (cm *connMatrix) iterate(f func(*conn) bool) {
-	for _, c := range cm.connMap {
-		if c != nil {
-			if !f(c) {
+	for i := range fdTable.chunks {
+		ch := fdTable.chunks[i].Load()
+		if ch == nil {
+			continue
+		}
+		for j := range ch {
+			if c := ch[j].Load(); cm.owns(c) && !f(c) {
 				return
 			}
+		}
+	}
+	fdTable.mu.Lock()
+	var high []*conn
+	for _, c := range fdTable.high {
+		if cm.owns(c) {
+			high = append(high, c)
+		}
+	}
+	fdTable.mu.Unlock()
+	for _, c := range high { // f may delete: call it unlocked
+		if !f(c) {
+			return
 		}
 	}
 }
@@ -51,17 +114,45 @@ func (cm *connMatrix) loadCount() (n int32) {
 
 func (cm *connMatrix) addConn(c *conn, index int) {
 	c.gfd = gfd.NewGFD(c.fd, index, 0, 0)
-	cm.connMap[c.fd] = c
+	if s := fdSlot(c.fd, true); s != nil {
+		s.Store(c)
+	} else {
+		fdTable.mu.Lock()
+		if fdTable.high == nil {
+			fdTable.high = make(map[int]*conn)
+		}
+		fdTable.high[c.fd] = c
+		fdTable.mu.Unlock()
+	}
 	cm.incCount(0, 1)
 }
 
 func (cm *connMatrix) delConn(c *conn) {
-	delete(cm.connMap, c.fd)
+	if s := fdSlot(c.fd, false); s != nil {
+		s.CompareAndSwap(c, nil)
+	} else {
+		fdTable.mu.Lock()
+		if fdTable.high[c.fd] == c {
+			delete(fdTable.high, c.fd)
+		}
+		fdTable.mu.Unlock()
+	}
 	cm.incCount(0, -1)
 }
 
 func (cm *connMatrix) getConn(fd int) *conn {
-	return cm.connMap[fd]
+	var c *conn
+	if s := fdSlot(fd, false); s != nil {
+		c = s.Load()
+	} else if fd>>fdChunkBits >= fdChunks {
+		fdTable.mu.Lock()
+		c = fdTable.high[fd]
+		fdTable.mu.Unlock()
+	}
+	if !cm.owns(c) {
+		return nil
+	}
+	return c
 }
 
 /*
