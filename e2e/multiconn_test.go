@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -403,4 +404,67 @@ func (c *conn) readNErr(n int, d time.Duration) (string, error) {
 	s := string(c.buf[:n])
 	c.buf = c.buf[n:]
 	return s, nil
+}
+
+// Connections come and go while others stay: the kernel hands a closed
+// connection's descriptor number to the next one accepted, which may land
+// on another event loop. Every connection must still get its own replies
+// and only those: each one uses a tube of its own and is asked for it
+// after every round of closes and reconnects. Closed connections must leave
+// the count, and a job put on a new connection is the one reserved there.
+func TestDescriptorsReusedAcrossConnections(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	const open, rounds = 48, 12
+	rng := rand.New(rand.NewPCG(7, 11))
+	admin := s.dial(t)
+	conns := make([]*conn, open)
+	tubes := make([]string, open)
+	next := 0
+	dialOwn := func(i int) {
+		c := s.dial(t)
+		tubes[i] = fmt.Sprintf("t%d", next)
+		next++
+		mustSend(t, c, "use "+tubes[i]+"\r\n")
+		expect(t, c, "USING "+tubes[i]+"\r\n")
+		conns[i] = c
+	}
+	for i := range conns {
+		dialOwn(i)
+	}
+	for r := 0; r < rounds; r++ {
+		closed := rng.Perm(open)[:open/2]
+		for _, i := range closed {
+			conns[i].nc.Close()
+		}
+		// The server has closed them (and freed their numbers) once the
+		// count says so.
+		deadline := time.Now().Add(10 * time.Second)
+		for stats(t, admin)["current-connections"] != fmt.Sprint(open/2+1) {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: current-connections %s, want %d", r, stats(t, admin)["current-connections"], open/2+1)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		for _, i := range closed {
+			dialOwn(i)
+		}
+		for i, c := range conns {
+			mustSend(t, c, "list-tube-used\r\n")
+			expect(t, c, "USING "+tubes[i]+"\r\n")
+		}
+		for _, i := range closed {
+			c := conns[i]
+			mustSend(t, c, "put 0 0 60 "+fmt.Sprint(len(tubes[i]))+"\r\n"+tubes[i]+"\r\n")
+			id, ok := strings.CutPrefix(readLine(t, c), "INSERTED ")
+			if !ok {
+				t.Fatalf("round %d: put on a new connection: no INSERTED", r)
+			}
+			mustSend(t, c, "watch "+tubes[i]+"\r\nignore default\r\nreserve\r\n")
+			expect(t, c, "WATCHING 2\r\nWATCHING 1\r\nRESERVED "+strings.TrimPrefix(id, "INSERTED ")+" "+fmt.Sprint(len(tubes[i]))+"\r\n"+tubes[i]+"\r\n")
+		}
+	}
+	if got := stats(t, admin)["current-connections"]; got != fmt.Sprint(open+1) {
+		t.Fatalf("current-connections %s, want %d", got, open+1)
+	}
 }
