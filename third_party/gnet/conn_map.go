@@ -48,22 +48,23 @@ var fdTable struct {
 	high   map[int]*conn // descriptors from fdChunkSize*fdChunks up, rare
 }
 
-// fdSlot is fd's slot, allocating its chunk if create is set; nil for a
-// descriptor beyond the table (or whose chunk does not exist yet).
-func fdSlot(fd int, create bool) *atomic.Pointer[conn] {
+// fdSlot is fd's slot, its chunk allocated first if create is set; nil if
+// the chunk does not exist yet. inTable is false for a descriptor beyond
+// the table, which lives in fdTable.high.
+func fdSlot(fd int, create bool) (slot *atomic.Pointer[conn], inTable bool) {
 	i := fd >> fdChunkBits
 	if fd < 0 || i >= fdChunks {
-		return nil
+		return nil, false
 	}
 	ch := fdTable.chunks[i].Load()
 	if ch == nil {
 		if !create {
-			return nil
+			return nil, true
 		}
 		fdTable.chunks[i].CompareAndSwap(nil, new(fdChunk))
 		ch = fdTable.chunks[i].Load()
 	}
-	return &ch[fd&(fdChunkSize-1)]
+	return &ch[fd&(fdChunkSize-1)], true
 }
 
 type connMatrix struct {
@@ -114,7 +115,7 @@ func (cm *connMatrix) loadCount() (n int32) {
 
 func (cm *connMatrix) addConn(c *conn, index int) {
 	c.gfd = gfd.NewGFD(c.fd, index, 0, 0)
-	if s := fdSlot(c.fd, true); s != nil {
+	if s, inTable := fdSlot(c.fd, true); inTable {
 		s.Store(c)
 	} else {
 		fdTable.mu.Lock()
@@ -128,8 +129,10 @@ func (cm *connMatrix) addConn(c *conn, index int) {
 }
 
 func (cm *connMatrix) delConn(c *conn) {
-	if s := fdSlot(c.fd, false); s != nil {
-		s.CompareAndSwap(c, nil)
+	if s, inTable := fdSlot(c.fd, false); inTable {
+		if s != nil {
+			s.CompareAndSwap(c, nil)
+		}
 	} else {
 		fdTable.mu.Lock()
 		if fdTable.high[c.fd] == c {
@@ -142,9 +145,9 @@ func (cm *connMatrix) delConn(c *conn) {
 
 func (cm *connMatrix) getConn(fd int) *conn {
 	var c *conn
-	if s := fdSlot(fd, false); s != nil {
+	if s, inTable := fdSlot(fd, false); s != nil {
 		c = s.Load()
-	} else if fd>>fdChunkBits >= fdChunks {
+	} else if !inTable {
 		fdTable.mu.Lock()
 		c = fdTable.high[fd]
 		fdTable.mu.Unlock()
