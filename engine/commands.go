@@ -131,8 +131,9 @@ func (c *Client) lockReserved(id uint64) *Job {
 
 // Delete removes a job that is ready, delayed, buried, or reserved by c.
 // An error (ErrLogFailed) means the binlog could not take the record and
-// nothing changed.
-func (c *Client) Delete(id uint64) (bool, error) {
+// nothing changed. now is the engine's clock when the delete arrived, as
+// for Put.
+func (c *Client) Delete(now int64, id uint64) (bool, error) {
 	j := c.e.lockJob(id)
 	if j == nil {
 		return false, nil
@@ -149,7 +150,7 @@ func (c *Client) Delete(id uint64) (bool, error) {
 		}
 	}
 	if j.state == Reserved {
-		t.observeRun(j, c.e.mono())
+		t.observeRun(j, now)
 		c.unlinkReserved(j)
 		j.owner = nil
 	}

@@ -26,18 +26,18 @@ func BenchmarkPipelinedDrainOfDeepTube(b *testing.B) {
 	var held [window]uint64
 	b.ResetTimer()
 	for i := range b.N {
-		j, o := c.Reserve(0)
+		j, o := c.Reserve(c.e.Now(), 0)
 		if o != GotJob {
 			b.StopTimer()
 			fill()
 			b.StartTimer()
-			if j, o = c.Reserve(0); o != GotJob {
+			if j, o = c.Reserve(c.e.Now(), 0); o != GotJob {
 				b.Fatalf("reserve: %v", o)
 			}
 		}
 		slot := &held[i%window]
 		if *slot != 0 {
-			if ok, err := c.Delete(*slot); !ok || err != nil {
+			if ok, err := c.Delete(c.e.Now(), *slot); !ok || err != nil {
 				b.Fatalf("delete %d: %v %v", *slot, ok, err)
 			}
 		}

@@ -36,7 +36,7 @@ func TestReserveOrderIsPriThenID(t *testing.T) {
 	}
 	var got []uint64
 	for range 5 {
-		j, o := c.Reserve(0)
+		j, o := c.Reserve(c.e.Now(), 0)
 		if o != GotJob {
 			t.Fatalf("outcome %v", o)
 		}
@@ -55,10 +55,10 @@ func TestParkedReserveIsServedByPutFIFO(t *testing.T) {
 	a, cha := newTestClient(e, 1)
 	b, chb := newTestClient(e, 2)
 	p, _ := newTestClient(e, 1)
-	if _, o := a.Reserve(-1); o != Parked {
+	if _, o := a.Reserve(a.e.Now(), -1); o != Parked {
 		t.Fatal("a should park")
 	}
-	if _, o := b.Reserve(-1); o != Parked {
+	if _, o := b.Reserve(b.e.Now(), -1); o != Parked {
 		t.Fatal("b should park")
 	}
 	put(t, p, 0, 0, "first")
@@ -84,7 +84,7 @@ func TestReserveWithTimeoutTimesOut(t *testing.T) {
 	e := New(1)
 	c, ch := newTestClient(e, 1)
 	start := time.Now()
-	if _, o := c.Reserve(100 * time.Millisecond); o != Parked {
+	if _, o := c.Reserve(c.e.Now(), 100*time.Millisecond); o != Parked {
 		t.Fatal("should park")
 	}
 	<-ch
@@ -94,7 +94,7 @@ func TestReserveWithTimeoutTimesOut(t *testing.T) {
 	if d := time.Since(start); d < 90*time.Millisecond {
 		t.Fatalf("timed out after %v", d)
 	}
-	if _, o := c.Reserve(0); o != TimedOut {
+	if _, o := c.Reserve(c.e.Now(), 0); o != TimedOut {
 		t.Fatalf("reserve-with-timeout 0: %v", o)
 	}
 }
@@ -103,12 +103,12 @@ func TestTTRExpiryReturnsJobToReady(t *testing.T) {
 	e := New(1)
 	c, _ := newTestClient(e, 1)
 	j, _ := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, []byte("x\r\n"))
-	if got, o := c.Reserve(0); o != GotJob || got != j {
+	if got, o := c.Reserve(c.e.Now(), 0); o != GotJob || got != j {
 		t.Fatal("reserve")
 	}
 	// Inside the margin with nothing else ready: DEADLINE_SOON at once.
 	time.Sleep(50 * time.Millisecond)
-	if _, o := c.Reserve(0); o != DeadlineSoon {
+	if _, o := c.Reserve(c.e.Now(), 0); o != DeadlineSoon {
 		t.Fatalf("want DeadlineSoon, got %v", o)
 	}
 	time.Sleep(1100 * time.Millisecond)
@@ -122,7 +122,7 @@ func TestDelayedJobBecomesReady(t *testing.T) {
 	e := New(1)
 	c, ch := newTestClient(e, 1)
 	put(t, c, 0, 100*time.Millisecond, "later")
-	if _, o := c.Reserve(-1); o != Parked {
+	if _, o := c.Reserve(c.e.Now(), -1); o != Parked {
 		t.Fatal("should park while the job is delayed")
 	}
 	select {
@@ -141,16 +141,16 @@ func TestCloseReturnsReservedJobsAndFreesTubes(t *testing.T) {
 	a.Use([]byte("t1"))
 	a.Watch([]byte("t1"))
 	put(t, a, 0, 0, "x")
-	if _, o := a.Reserve(0); o != GotJob {
+	if _, o := a.Reserve(a.e.Now(), 0); o != GotJob {
 		t.Fatal("reserve")
 	}
 	b, _ := newTestClient(e, 1)
 	b.Watch([]byte("t1"))
 	a.Close()
-	if _, o := b.Reserve(0); o != GotJob {
+	if _, o := b.Reserve(b.e.Now(), 0); o != GotJob {
 		t.Fatal("job not returned to ready on close")
 	}
-	_, _ = b.Delete(1)
+	_, _ = b.Delete(b.e.Now(), 1)
 	b.Close()
 	if names := e.AppendTubeNames(nil); len(names) != 1 || string(names[0]) != "default" {
 		t.Fatalf("tubes left: %q", names)
@@ -176,7 +176,7 @@ func TestConcurrentDeliveryExactlyOnce(t *testing.T) {
 				c.Watch(tb)
 			}
 			for {
-				j, o := c.Reserve(20 * time.Millisecond)
+				j, o := c.Reserve(c.e.Now(), 20*time.Millisecond)
 				if o == Parked {
 					select {
 					case <-ch:
@@ -190,7 +190,7 @@ func TestConcurrentDeliveryExactlyOnce(t *testing.T) {
 					mu.Lock()
 					seen[j.ID]++
 					mu.Unlock()
-					if ok, _ := c.Delete(j.ID); !ok {
+					if ok, _ := c.Delete(c.e.Now(), j.ID); !ok {
 						t.Errorf("delete %d failed", j.ID)
 					}
 				}

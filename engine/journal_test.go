@@ -94,7 +94,7 @@ func TestJournaledPutIsInvisibleUntilDurable(t *testing.T) {
 	e, f := newJournaled(2)
 	p, pch := newTestClient(e, 1)
 	w, wch := newTestClient(e, 2)
-	if _, o := w.Reserve(-1); o != Parked {
+	if _, o := w.Reserve(w.e.Now(), -1); o != Parked {
 		t.Fatal("the worker should park: nothing is ready")
 	}
 	j := put(t, p, 0, 0, "x")
@@ -150,7 +150,7 @@ func TestFailedPutIsNeverPublishedAndTheLogRefusesChanges(t *testing.T) {
 	if _, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, []byte("x\r\n")); !errors.Is(err, ErrLogFailed) {
 		t.Fatalf("put after the failure: %v, want ErrLogFailed", err)
 	}
-	if ok, err := c.Delete(j1.ID); !ok || !errors.Is(err, ErrLogFailed) {
+	if ok, err := c.Delete(c.e.Now(), j1.ID); !ok || !errors.Is(err, ErrLogFailed) {
 		t.Fatalf("delete after the failure: %v %v, want true, ErrLogFailed", ok, err)
 	}
 	if e.Peek(j1.ID) == nil {
@@ -178,7 +178,7 @@ func TestRefusedChangesLeaveTheJobAsItWas(t *testing.T) {
 	c, _ := newTestClient(e, 1)
 	j := put(t, c, 5, 0, "x")
 	f.ackNext(1, nil)
-	if got, o := c.Reserve(0); o != GotJob || got != j {
+	if got, o := c.Reserve(c.e.Now(), 0); o != GotJob || got != j {
 		t.Fatal("reserve")
 	}
 	f.refuse = persist.ErrNoSpace
@@ -233,7 +233,7 @@ func TestRewriteAppendsLiveJobsOnly(t *testing.T) {
 	c, _ := newTestClient(e, 1)
 	a, b := put(t, c, 0, 0, "a"), put(t, c, 0, 0, "b")
 	f.ackNext(2, nil)
-	if ok, _ := c.Delete(a.ID); !ok {
+	if ok, _ := c.Delete(c.e.Now(), a.ID); !ok {
 		t.Fatal("delete")
 	}
 	f.ackNext(1, nil)
@@ -267,7 +267,7 @@ func TestParkedReserveNeverSeesAClaimWithoutItsJob(t *testing.T) {
 	p, _ := newTestClient(e, 2)
 	w, wch := newTestClient(e, 1)
 	for range 3000 {
-		if _, o := w.Reserve(-1); o != Parked {
+		if _, o := w.Reserve(w.e.Now(), -1); o != Parked {
 			t.Fatal("the worker should park")
 		}
 		put(t, p, 0, 0, "y")
@@ -290,7 +290,7 @@ func TestParkedReserveNeverSeesAClaimWithoutItsJob(t *testing.T) {
 			}
 			// As the loop does: delete it, and ask to be woken when the
 			// delete is durable, while the next reserve waits.
-			if ok, _ := w.Delete(j.ID); !ok {
+			if ok, _ := w.Delete(w.e.Now(), j.ID); !ok {
 				t.Fatal("delete")
 			}
 			a, _, _ := w.Durability()
@@ -334,10 +334,10 @@ func TestCrossTubeReserveTakesTheBestJob(t *testing.T) {
 		var got *Job
 		for _, x := range xs {
 			wg.Add(1)
-			go func() { defer wg.Done(); x.Reserve(0) }()
+			go func() { defer wg.Done(); x.Reserve(x.e.Now(), 0) }()
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); got, _ = w.Reserve(0) }()
+		go func() { defer wg.Done(); got, _ = w.Reserve(w.e.Now(), 0) }()
 		wg.Wait()
 		if got == worse {
 			t.Fatalf("round %d: the reserve watching both tubes took the pri-1 job while tb held a pri-0 one", round)
@@ -351,13 +351,13 @@ func TestCrossTubeReserveTakesTheBestJob(t *testing.T) {
 				if j == nil {
 					break
 				}
-				c.Delete(j.ID)
+				c.Delete(c.e.Now(), j.ID)
 			}
 		}
 		for _, name := range [][]byte{ta, tb} {
 			p.Use(name)
 			for j := p.PeekReady(); j != nil; j = p.PeekReady() {
-				p.Delete(j.ID)
+				p.Delete(p.e.Now(), j.ID)
 			}
 		}
 	}

@@ -66,7 +66,7 @@ func TestJobMemoryCeiling(t *testing.T) {
 	if _, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, body(3)); err != nil {
 		t.Fatalf("a 1-byte job under the remaining %d bytes: %v", cost/2, err)
 	}
-	if ok, err := c.Delete(jobs[0].ID); !ok || err != nil {
+	if ok, err := c.Delete(c.e.Now(), jobs[0].ID); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	if _, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, body(65538)); err != nil {
@@ -138,7 +138,7 @@ func TestJobMemoryCountedWithoutCeiling(t *testing.T) {
 	if u, l := e.JobMemory(); u != jobCost(j.Body) || l != 0 {
 		t.Fatalf("JobMemory %d %d, want %d 0", u, l, jobCost(j.Body))
 	}
-	if ok, err := b.Delete(j.ID); !ok || err != nil { // freed on another shard
+	if ok, err := b.Delete(b.e.Now(), j.ID); !ok || err != nil { // freed on another shard
 		t.Fatal(ok, err)
 	}
 	if u := usedMemory(e); u != 0 {
@@ -183,7 +183,7 @@ func TestJobMemoryWithJournal(t *testing.T) {
 		t.Fatalf("after a put the log refused: %d charged, want %d", usedMemory(e), cost)
 	}
 	f.refuse = nil
-	if ok, err := c.Delete(j1.ID); !ok || err != nil {
+	if ok, err := c.Delete(c.e.Now(), j1.ID); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	if usedMemory(e) != 0 {

@@ -95,7 +95,9 @@ func (o *Operator) Kick(tube string, n uint32) (k uint32, err error) {
 func (o *Operator) KickJob(id uint64) error { return o.onJob(id, (*Client).KickJob) }
 
 // Delete deletes one ready, delayed or buried job.
-func (o *Operator) Delete(id uint64) error { return o.onJob(id, (*Client).Delete) }
+func (o *Operator) Delete(id uint64) error {
+	return o.onJob(id, func(c *Client, id uint64) (bool, error) { return c.Delete(c.e.Now(), id) })
+}
 
 // onJob runs a command on job id, saying why when it found nothing to do.
 func (o *Operator) onJob(id uint64, cmd func(*Client, uint64) (bool, error)) error {

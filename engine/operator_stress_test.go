@@ -90,7 +90,7 @@ func operatorChurn(t *testing.T, journaled bool) {
 					}
 					waitAcked()
 				case 3, 4:
-					j, o := c.Reserve(0)
+					j, o := c.Reserve(c.e.Now(), 0)
 					if o == GotJob {
 						held = append(held, j.ID)
 					}
@@ -108,7 +108,7 @@ func operatorChurn(t *testing.T, journaled bool) {
 					}
 				case 7, 8:
 					if len(held) > 0 {
-						if ok, _ := c.Delete(held[0]); ok {
+						if ok, _ := c.Delete(c.e.Now(), held[0]); ok {
 							deletes.Add(1)
 						}
 						held = held[1:]

@@ -226,11 +226,11 @@ func TestLatencyHistogramsCountWaitsAndRuns(t *testing.T) {
 	c, _ := newTestClient(e, 1)
 	j := put(t, c, 0, 0, "x")
 	time.Sleep(30 * time.Millisecond)
-	if got, o := c.Reserve(0); o != GotJob || got != j {
+	if got, o := c.Reserve(c.e.Now(), 0); o != GotJob || got != j {
 		t.Fatalf("reserve: %v", o)
 	}
 	time.Sleep(10 * time.Millisecond)
-	if ok, _ := c.Delete(j.ID); !ok {
+	if ok, _ := c.Delete(c.e.Now(), j.ID); !ok {
 		t.Fatal("delete")
 	}
 	wait, run, ok := e.Latency([]byte("default"))
@@ -250,7 +250,7 @@ func TestLatencyHistogramsCountWaitsAndRuns(t *testing.T) {
 	}
 	// reserve-job of a buried job is no wait; a delete of a ready job no run.
 	j2 := put(t, c, 0, 0, "y")
-	if ok, _ := c.Delete(j2.ID); !ok {
+	if ok, _ := c.Delete(c.e.Now(), j2.ID); !ok {
 		t.Fatal("delete")
 	}
 	if w, r, _ := e.Latency([]byte("default")); w.Counts != wait.Counts || r.Counts != run.Counts {

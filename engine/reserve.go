@@ -44,8 +44,9 @@ const (
 // Reserve runs reserve (timeout < 0) or reserve-with-timeout. It answers at
 // once when it can; otherwise it parks the client on every watched tube and
 // returns Parked, and the Waker is called exactly once with the answer.
-func (c *Client) Reserve(timeout time.Duration) (*Job, Outcome) {
-	now := c.e.mono()
+// now is the engine's clock (Engine.Now) when the reserve arrived, as for
+// Put: a loop reads it once per pass.
+func (c *Client) Reserve(now int64, timeout time.Duration) (*Job, Outcome) {
 	j, anyReady := c.take(now)
 	if j != nil {
 		return j, GotJob

@@ -29,7 +29,7 @@ func TestReviewClaimOfClosingClientLeavesStaleNodes(t *testing.T) {
 	e := New(2)
 	c, _ := newTestClient(e, 1)
 	c.Watch([]byte("b"))
-	if _, o := c.Reserve(-1); o != Parked {
+	if _, o := c.Reserve(c.e.Now(), -1); o != Parked {
 		t.Fatal("should park")
 	}
 	if n := tubeWaiting(t, e, "default"); n != 1 {
@@ -66,7 +66,7 @@ func TestReviewCloseVsPutStress(t *testing.T) {
 	for i := 0; time.Now().Before(deadline); i++ {
 		c, _ := newTestClient(e, 1)
 		c.Watch([]byte("b"))
-		if _, o := c.Reserve(-1); o != Parked {
+		if _, o := c.Reserve(c.e.Now(), -1); o != Parked {
 			t.Fatal("should park")
 		}
 		var wg sync.WaitGroup
@@ -81,11 +81,11 @@ func TestReviewCloseVsPutStress(t *testing.T) {
 		d, _ := newTestClient(e, 2)
 		d.Watch([]byte("b"))
 		for {
-			j, o := d.Reserve(0)
+			j, o := d.Reserve(d.e.Now(), 0)
 			if o != GotJob {
 				break
 			}
-			d.Delete(j.ID)
+			d.Delete(d.e.Now(), j.ID)
 		}
 		d.Close()
 	}
@@ -122,7 +122,7 @@ func TestReviewTakeReadsPriWithoutLock(t *testing.T) {
 			a.Watch(n)
 		}
 		for !stop.Load() {
-			if j, o := a.Reserve(0); o == GotJob {
+			if j, o := a.Reserve(a.e.Now(), 0); o == GotJob {
 				a.Release(j.ID, 1000, 0)
 			}
 		}
@@ -135,7 +135,7 @@ func TestReviewTakeReadsPriWithoutLock(t *testing.T) {
 			b.Watch([]byte("x"))
 			pri := uint32(k)
 			for !stop.Load() {
-				if j, o := b.Reserve(0); o == GotJob {
+				if j, o := b.Reserve(b.e.Now(), 0); o == GotJob {
 					pri = (pri + 1) % 20
 					b.Release(j.ID, pri, 0)
 				}
@@ -175,7 +175,7 @@ func TestReviewInvariantsUnderChurn(t *testing.T) {
 					c.Use(tubes[rnd(3)])
 					c.Put(e.Now(), e.NextID(), 1000+rnd(50), time.Duration(rnd(2))*time.Millisecond*time.Duration(rnd(5)), time.Second, []byte("x\r\n"))
 				case 2, 3:
-					j, o := c.Reserve(time.Duration(rnd(3)) * time.Millisecond)
+					j, o := c.Reserve(c.e.Now(), time.Duration(rnd(3))*time.Millisecond)
 					if o == Parked {
 						select {
 						case <-ch:
@@ -200,7 +200,7 @@ func TestReviewInvariantsUnderChurn(t *testing.T) {
 					}
 				case 6:
 					if len(held) > 0 {
-						c.Delete(held[0])
+						c.Delete(c.e.Now(), held[0])
 						held = held[1:]
 					}
 				case 7:
@@ -309,14 +309,14 @@ func TestReviewZeroTimeoutInsideMarginIsDeadlineSoon(t *testing.T) {
 	e := New(1)
 	c, _ := newTestClient(e, 1)
 	c.Put(e.Now(), e.NextID(), 0, 0, time.Second, []byte("a\r\n")) // ttr 1 s: in the margin at once
-	if _, o := c.Reserve(0); o != GotJob {
+	if _, o := c.Reserve(c.e.Now(), 0); o != GotJob {
 		t.Fatal("reserve")
 	}
 	c.Use([]byte("p"))
 	c.Watch([]byte("p"))
 	put(t, c, 0, 0, "b")
 	e.PauseTube([]byte("p"), 100*time.Second)
-	if _, o := c.Reserve(0); o != DeadlineSoon {
+	if _, o := c.Reserve(c.e.Now(), 0); o != DeadlineSoon {
 		t.Fatalf("reserve-with-timeout 0 inside the margin: outcome %v, want DeadlineSoon (%v)", o, DeadlineSoon)
 	}
 }

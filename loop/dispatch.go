@@ -55,7 +55,7 @@ func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Act
 		if c.hungUp() {
 			timeout = 0 // nobody is left to wait for the answer
 		}
-		j, outcome := cl.Reserve(timeout)
+		j, outcome := cl.Reserve(c.ls.passClock(), timeout)
 		if outcome == engine.Parked {
 			c.parked = true
 			return gnet.None
@@ -70,7 +70,7 @@ func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Act
 			out.buf = append(out.buf, codec.RepNotFound...)
 		}
 	case codec.OpDelete:
-		ok, err := cl.Delete(cmd.ID)
+		ok, err := cl.Delete(c.ls.passClock(), cmd.ID)
 		s.okErr(out, ok, err, codec.RepDeleted)
 	case codec.OpRelease:
 		ok, err := cl.Release(cmd.ID, cmd.Pri, time.Duration(cmd.Delay)*time.Second)
