@@ -282,7 +282,7 @@ func openBinlog(cfg *config.Config, eng *engine.Engine, log zerolog.Logger, stde
 	for _, p := range rec.Problems {
 		log.Error().Str("problem", p.String()).Msg("binlog damage found during recovery; the server starts with what could be read")
 	}
-	eng.Restore(rec)
+	eng.Restore(rec.Jobs, rec.MaxID)
 	eng.SetJournal(blog)
 	close(installed)
 	log.Info().Int("jobs", len(rec.Jobs)).Uint64("max-id", rec.MaxID).Int("segments", rec.Segments).Msg("binlog recovered")

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/beanpole/beanpole/persist"
+	"github.com/beanpole/beanpole/record"
 )
 
 // JobView is what the dashboard shows of a job: stats-job's figures and
@@ -18,7 +18,7 @@ type JobView struct {
 	TimeLeft time.Duration // reserved and delayed jobs
 	Delay    time.Duration
 	TTR      time.Duration
-	Counters persist.Counters
+	Counters record.Counters
 	Size     int    // body length, CRLF excluded
 	Head     []byte // the first bytes of the body (a copy), at most the limit asked for
 }

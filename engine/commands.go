@@ -3,7 +3,7 @@ package engine
 import (
 	"time"
 
-	"github.com/beanpole/beanpole/persist"
+	"github.com/beanpole/beanpole/record"
 )
 
 // Put creates a job with a fresh id from NextID in the used tube. delay and
@@ -44,10 +44,10 @@ func (c *Client) Put(now int64, id uint64, pri uint32, delay, ttr time.Duration,
 		c.e.publish(j, int(c.shard), now)
 		return j, nil
 	}
-	r := persist.Job{ID: id, Tube: t.Name, Pri: pri, State: persist.StateReady,
+	r := record.Job{ID: id, Tube: t.Name, Pri: pri, State: record.StateReady,
 		Delay: delay, TTR: ttr, CreatedAt: j.createdAt, Body: body}
 	if delay > 0 {
-		r.State, r.Deadline = persist.StateDelayed, c.e.wall(j.deadline)
+		r.State, r.Deadline = record.StateDelayed, c.e.wall(j.deadline)
 	}
 	// The job keeps its tube alive while it waits for the log, and it
 	// names its putter for the ack. The ack may run before Put returns.

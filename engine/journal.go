@@ -6,24 +6,24 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/beanpole/beanpole/persist"
+	"github.com/beanpole/beanpole/record"
 )
 
 // Journal is the log behind the engine: one typed call per kind of change
-// (persist.Log implements it; the engine's tests use a fake). Records are
+// (the binlog and the cluster journal implement it; the engine's tests use a fake). Records are
 // appended while the job's tube lock is held, so each job's records reach
 // the log in the order its changes happened. A call that returns an error
 // queued nothing and the engine changes nothing; otherwise ack is told,
 // exactly once and in append order, when the record is as durable as the
 // -f flags promise or that it never will be.
 type Journal interface {
-	Put(j *persist.Job, ack persist.Ack) error
-	Delete(id uint64, ack persist.Ack) error
-	Release(id uint64, pri uint32, delay time.Duration, deadline int64, c persist.Counters, ack persist.Ack) error
-	Bury(id uint64, pri uint32, buriedSeq uint64, c persist.Counters, ack persist.Ack) error
-	Kick(id uint64, c persist.Counters, ack persist.Ack) error
+	Put(j *record.Job, ack record.Ack) error
+	Delete(id uint64, ack record.Ack) error
+	Release(id uint64, pri uint32, delay time.Duration, deadline int64, c record.Counters, ack record.Ack) error
+	Bury(id uint64, pri uint32, buriedSeq uint64, c record.Counters, ack record.Ack) error
+	Kick(id uint64, c record.Counters, ack record.Ack) error
 	// Rewrite appends a fresh full record of a live job (compaction).
-	Rewrite(j *persist.Job) error
+	Rewrite(j *record.Job) error
 	// FileOf is the binlog file of a job's latest full record (stats-job).
 	FileOf(id uint64) uint64
 }
@@ -94,11 +94,11 @@ func (c *Client) logged(err error) error {
 }
 
 // ack is c's ack for a record that is not a put.
-func (c *Client) ack() persist.Ack { return (*clientAck)(c) }
+func (c *Client) ack() record.Ack { return (*clientAck)(c) }
 
 // refused maps a log error to what the engine reports.
 func (e *Engine) refused(err error) error {
-	if errors.Is(err, persist.ErrNoSpace) {
+	if errors.Is(err, record.ErrNoSpace) {
 		return ErrNoRoom
 	}
 	e.noteFailure(err)
@@ -159,23 +159,23 @@ func (a *putAck) Durable(err error) {
 func (e *Engine) wall(mono int64) int64 { return e.baseWall + mono }
 
 // record is the full record of j as it stands. Caller holds j's tube lock.
-func (e *Engine) record(j *Job) persist.Job {
-	r := persist.Job{
-		ID: j.ID, Tube: j.Tube.Name, Pri: j.Pri, State: persist.State(j.state),
+func (e *Engine) record(j *Job) record.Job {
+	r := record.Job{
+		ID: j.ID, Tube: j.Tube.Name, Pri: j.Pri, State: record.State(j.state),
 		Delay: time.Duration(j.delay) * time.Second, TTR: time.Duration(j.ttr) * time.Second, CreatedAt: j.createdAt,
 		BuriedSeq: j.buriedSeq, Counters: j.counters(), Body: j.Body,
 	}
 	switch j.state {
 	case Reserved:
-		r.State = persist.StateReady // a reservation does not outlive the process
+		r.State = record.StateReady // a reservation does not outlive the process
 	case Delayed:
 		r.Deadline = e.wall(j.deadline)
 	}
 	return r
 }
 
-func (j *Job) counters() persist.Counters {
-	return persist.Counters{Reserves: j.reserves, Timeouts: j.timeouts,
+func (j *Job) counters() record.Counters {
+	return record.Counters{Reserves: j.reserves, Timeouts: j.timeouts,
 		Releases: j.releases, Buries: j.buries, Kicks: j.kicks}
 }
 
@@ -206,10 +206,10 @@ func (e *Engine) fileOf(id uint64) uint64 {
 // connects: ready jobs by (pri, id), delayed ones with what is left of
 // their wall-clock deadline, buried ones in their logged order. Nothing is
 // logged and total-jobs is not counted, as upstream.
-func (e *Engine) Restore(rec *persist.Recovered) {
+func (e *Engine) Restore(jobs []*record.Job, maxID uint64) {
 	now := e.mono()
 	var buried []*Job
-	for _, r := range rec.Jobs {
+	for _, r := range jobs {
 		e.reg.mu.Lock()
 		t := e.reg.byName[r.Tube]
 		if t == nil {
@@ -225,9 +225,9 @@ func (e *Engine) Restore(rec *persist.Recovered) {
 		t.mu.Lock()
 		t.jobs++
 		switch r.State {
-		case persist.StateBuried:
+		case record.StateBuried:
 			buried = append(buried, j)
-		case persist.StateDelayed:
+		case record.StateDelayed:
 			if left := r.Deadline - e.wall(now); left > 0 {
 				j.deadline = now + left
 				t.insert(j, Delayed, 0)
@@ -257,9 +257,9 @@ func (e *Engine) Restore(rec *persist.Recovered) {
 		j.Tube.insert(j, Buried, 0)
 		j.Tube.mu.Unlock()
 	}
-	top := rec.MaxID
-	if n := len(rec.Jobs); n > 0 {
-		top = max(top, rec.Jobs[n-1].ID)
+	top := maxID
+	for _, r := range jobs {
+		top = max(top, r.ID)
 	}
 	if e.nextID.Load() < top {
 		e.nextID.Store(top)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/beanpole/beanpole/codec"
-	"github.com/beanpole/beanpole/persist"
+	"github.com/beanpole/beanpole/record"
 )
 
 // fakeJournal is a log whose acknowledgements the test hands out: it keeps
@@ -25,10 +25,10 @@ type fakeJournal struct {
 type fakeRecord struct {
 	kind string
 	id   uint64
-	ack  persist.Ack
+	ack  record.Ack
 }
 
-func (f *fakeJournal) add(kind string, id uint64, ack persist.Ack) error {
+func (f *fakeJournal) add(kind string, id uint64, ack record.Ack) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.refuse != nil {
@@ -38,18 +38,18 @@ func (f *fakeJournal) add(kind string, id uint64, ack persist.Ack) error {
 	return nil
 }
 
-func (f *fakeJournal) Put(j *persist.Job, ack persist.Ack) error { return f.add("put", j.ID, ack) }
-func (f *fakeJournal) Delete(id uint64, ack persist.Ack) error   { return f.add("delete", id, ack) }
-func (f *fakeJournal) Release(id uint64, _ uint32, _ time.Duration, _ int64, _ persist.Counters, ack persist.Ack) error {
+func (f *fakeJournal) Put(j *record.Job, ack record.Ack) error { return f.add("put", j.ID, ack) }
+func (f *fakeJournal) Delete(id uint64, ack record.Ack) error  { return f.add("delete", id, ack) }
+func (f *fakeJournal) Release(id uint64, _ uint32, _ time.Duration, _ int64, _ record.Counters, ack record.Ack) error {
 	return f.add("release", id, ack)
 }
-func (f *fakeJournal) Bury(id uint64, _ uint32, _ uint64, _ persist.Counters, ack persist.Ack) error {
+func (f *fakeJournal) Bury(id uint64, _ uint32, _ uint64, _ record.Counters, ack record.Ack) error {
 	return f.add("bury", id, ack)
 }
-func (f *fakeJournal) Kick(id uint64, _ persist.Counters, ack persist.Ack) error {
+func (f *fakeJournal) Kick(id uint64, _ record.Counters, ack record.Ack) error {
 	return f.add("kick", id, ack)
 }
-func (f *fakeJournal) Rewrite(j *persist.Job) error {
+func (f *fakeJournal) Rewrite(j *record.Job) error {
 	f.mu.Lock()
 	f.rewrote = append(f.rewrote, j.ID)
 	f.mu.Unlock()
@@ -146,7 +146,7 @@ func TestFailedPutIsNeverPublishedAndTheLogRefusesChanges(t *testing.T) {
 	}
 	// From now on the log refuses everything, as persist does after a
 	// failed write: nothing may change.
-	f.refuse = persist.ErrFailed
+	f.refuse = errors.New("binlog: write failed")
 	if _, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, []byte("x\r\n")); !errors.Is(err, ErrLogFailed) {
 		t.Fatalf("put after the failure: %v, want ErrLogFailed", err)
 	}
@@ -161,7 +161,7 @@ func TestFailedPutIsNeverPublishedAndTheLogRefusesChanges(t *testing.T) {
 func TestFullDiskRefusesPutWithNoRoom(t *testing.T) {
 	e, f := newJournaled(1)
 	c, _ := newTestClient(e, 1)
-	f.refuse = persist.ErrNoSpace
+	f.refuse = record.ErrNoSpace
 	if _, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, []byte("x\r\n")); !errors.Is(err, ErrNoRoom) {
 		t.Fatalf("put on a full disk: %v, want ErrNoRoom", err)
 	}
@@ -181,7 +181,7 @@ func TestRefusedChangesLeaveTheJobAsItWas(t *testing.T) {
 	if got, o := c.Reserve(c.e.Now(), 0); o != GotJob || got != j {
 		t.Fatal("reserve")
 	}
-	f.refuse = persist.ErrNoSpace
+	f.refuse = record.ErrNoSpace
 	if ok, err := c.Release(j.ID, 1, 0); !ok || !errors.Is(err, ErrNoRoom) {
 		t.Fatalf("release: %v %v", ok, err)
 	}
@@ -195,7 +195,7 @@ func TestRefusedChangesLeaveTheJobAsItWas(t *testing.T) {
 	if ok, err := c.Bury(j.ID, 1); !ok || err != nil {
 		t.Fatal("bury")
 	}
-	f.refuse = persist.ErrFailed
+	f.refuse = errors.New("binlog: write failed")
 	if k, err := c.Kick(10); k != 0 || !errors.Is(err, ErrLogFailed) {
 		t.Fatalf("kick: %d %v, want 0, ErrLogFailed", k, err)
 	}

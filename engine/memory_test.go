@@ -7,7 +7,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/beanpole/beanpole/persist"
+	"github.com/beanpole/beanpole/record"
 )
 
 func TestAllocSize(t *testing.T) {
@@ -175,7 +175,7 @@ func TestJobMemoryWithJournal(t *testing.T) {
 	if usedMemory(e) != cost {
 		t.Fatalf("after a failed put: %d charged, want %d", usedMemory(e), cost)
 	}
-	f.refuse = persist.ErrNoSpace
+	f.refuse = record.ErrNoSpace
 	if _, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, body(1002)); !errors.Is(err, ErrNoRoom) {
 		t.Fatalf("put on a full disk: %v", err)
 	}
@@ -196,7 +196,7 @@ func TestJobMemoryWithJournal(t *testing.T) {
 func TestJobMemoryCountsRestoredJobs(t *testing.T) {
 	e := New(1)
 	e.SetJobMemoryLimit(100)
-	e.Restore(&persist.Recovered{Jobs: []*persist.Job{{ID: 1, Tube: "default", Body: body(1002)}}})
+	e.Restore([]*record.Job{{ID: 1, Tube: "default", Body: body(1002)}}, 0)
 	if usedMemory(e) != jobCost(body(1002)) {
 		t.Fatalf("restored job charged %d, want %d", usedMemory(e), jobCost(body(1002)))
 	}

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/beanpole/beanpole/persist"
+	"github.com/beanpole/beanpole/record"
 )
 
 // Operator makes the changes an operator asks for outside the protocol
@@ -244,10 +244,10 @@ func (o *Operator) Move(id uint64, tube string) (newID uint64, err error) {
 			nj.deadline = j.deadline
 		}
 		if e.jl != nil {
-			r := persist.Job{ID: nj.ID, Tube: dst.Name, Pri: nj.Pri, State: persist.StateReady,
+			r := record.Job{ID: nj.ID, Tube: dst.Name, Pri: nj.Pri, State: record.StateReady,
 				Delay: time.Duration(nj.delay) * time.Second, TTR: time.Duration(nj.ttrNs()), CreatedAt: nj.createdAt, Body: nj.Body}
 			if nj.deadline != 0 {
-				r.State, r.Deadline = persist.StateDelayed, e.wall(nj.deadline)
+				r.State, r.Deadline = record.StateDelayed, e.wall(nj.deadline)
 			}
 			nj.owner = c
 			c.appended.Add(1)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/beanpole/beanpole/engine"
-	"github.com/beanpole/beanpole/persist"
+	"github.com/beanpole/beanpole/record"
 	"github.com/rs/zerolog"
 )
 
@@ -18,22 +18,22 @@ type instantFailLog struct{}
 
 var errEIO = errors.New("EIO")
 
-func (instantFailLog) Put(_ *persist.Job, a persist.Ack) error { a.Durable(errEIO); return nil }
-func (instantFailLog) Delete(_ uint64, a persist.Ack) error    { a.Durable(errEIO); return nil }
-func (instantFailLog) Release(_ uint64, _ uint32, _ time.Duration, _ int64, _ persist.Counters, a persist.Ack) error {
+func (instantFailLog) Put(_ *record.Job, a record.Ack) error { a.Durable(errEIO); return nil }
+func (instantFailLog) Delete(_ uint64, a record.Ack) error   { a.Durable(errEIO); return nil }
+func (instantFailLog) Release(_ uint64, _ uint32, _ time.Duration, _ int64, _ record.Counters, a record.Ack) error {
 	a.Durable(errEIO)
 	return nil
 }
-func (instantFailLog) Bury(_ uint64, _ uint32, _ uint64, _ persist.Counters, a persist.Ack) error {
+func (instantFailLog) Bury(_ uint64, _ uint32, _ uint64, _ record.Counters, a record.Ack) error {
 	a.Durable(errEIO)
 	return nil
 }
-func (instantFailLog) Kick(_ uint64, _ persist.Counters, a persist.Ack) error {
+func (instantFailLog) Kick(_ uint64, _ record.Counters, a record.Ack) error {
 	a.Durable(errEIO)
 	return nil
 }
-func (instantFailLog) Rewrite(*persist.Job) error { return nil }
-func (instantFailLog) FileOf(uint64) uint64       { return 0 }
+func (instantFailLog) Rewrite(*record.Job) error { return nil }
+func (instantFailLog) FileOf(uint64) uint64      { return 0 }
 
 // A put whose record fails is answered INTERNAL_ERROR even when the
 // failure is known before the loop looks at the reply (it once slipped

@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/beanpole/beanpole/record"
+
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -21,8 +23,8 @@ func TestSyncBeforeAck(t *testing.T) {
 			for i := range 25 {
 				id := uint64(g*1000 + i + 1)
 				ch := make(chan error, 1)
-				rec := AppendFull(nil, &Job{ID: id, Tube: "t", State: StateReady, Body: []byte("x")})
-				if err := l.Append(rec, AckFunc(func(err error) { fs.event("done"); ch <- err })); err != nil {
+				rec := record.AppendFull(nil, &record.Job{ID: id, Tube: "t", State: record.StateReady, Body: []byte("x")})
+				if err := l.Append(rec, record.AckFunc(func(err error) { fs.event("done"); ch <- err })); err != nil {
 					t.Error(err)
 					return
 				}
@@ -120,21 +122,21 @@ func TestConcurrentAppenders(t *testing.T) {
 			}
 			for i := range each {
 				id := uint64(g*each + i + 1)
-				buf = AppendFull(buf[:0], &Job{ID: id, Tube: "t", State: StateReady, Body: []byte("concurrent")})
+				buf = record.AppendFull(buf[:0], &record.Job{ID: id, Tube: "t", State: record.StateReady, Body: []byte("concurrent")})
 				if pending == cap(inflight) {
 					wait()
 				}
-				if err := l.Append(buf, AckFunc(func(err error) { acks.Add(1); inflight <- err })); err != nil {
+				if err := l.Append(buf, record.AckFunc(func(err error) { acks.Add(1); inflight <- err })); err != nil {
 					t.Error(err)
 					return
 				}
 				pending++
 				if i%2 == 1 {
-					buf = AppendDelete(buf[:0], id-1)
+					buf = record.AppendDelete(buf[:0], id-1)
 					if pending == cap(inflight) {
 						wait()
 					}
-					if err := l.Append(buf, AckFunc(func(err error) { acks.Add(1); inflight <- err })); err != nil {
+					if err := l.Append(buf, record.AckFunc(func(err error) { acks.Add(1); inflight <- err })); err != nil {
 						t.Error(err)
 						return
 					}
@@ -188,9 +190,9 @@ func BenchmarkGroupCommit(b *testing.B) {
 					defer wg.Done()
 					var buf []byte
 					ch := make(chan error, 1)
-					done := AckFunc(func(err error) { ch <- err })
+					done := record.AckFunc(func(err error) { ch <- err })
 					for left.Add(-1) >= 0 {
-						buf = AppendFull(buf[:0], &Job{ID: uint64(next.Add(1)), Tube: "default", State: StateReady, Body: body})
+						buf = record.AppendFull(buf[:0], &record.Job{ID: uint64(next.Add(1)), Tube: "default", State: record.StateReady, Body: body})
 						if err := l.Append(buf, done); err != nil {
 							b.Error(err)
 							return
@@ -219,19 +221,19 @@ func BenchmarkAppend(b *testing.B) {
 		b.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	done := AckFunc(func(error) { wg.Done() })
-	job := &Job{Tube: "default", State: StateReady, Body: make([]byte, 100)}
+	done := record.AckFunc(func(error) { wg.Done() })
+	job := &record.Job{Tube: "default", State: record.StateReady, Body: make([]byte, 100)}
 	var buf []byte
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
 		job.ID = uint64(i + 1)
-		buf = AppendFull(buf[:0], job)
+		buf = record.AppendFull(buf[:0], job)
 		wg.Add(2)
 		if err := l.Append(buf, done); err != nil {
 			b.Fatal(err)
 		}
-		buf = AppendDelete(buf[:0], job.ID)
+		buf = record.AppendDelete(buf[:0], job.ID)
 		if err := l.Append(buf, done); err != nil {
 			b.Fatal(err)
 		}

@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/beanpole/beanpole/record"
+
 	"bufio"
 	"fmt"
 	"os"
@@ -27,7 +29,7 @@ func crashChild(dir string) {
 	next := rec.MaxID
 	ack := func(rec []byte) {
 		ch := make(chan error, 1)
-		if err := l.Append(rec, AckFunc(func(err error) { ch <- err })); err != nil {
+		if err := l.Append(rec, record.AckFunc(func(err error) { ch <- err })); err != nil {
 			panic(err)
 		}
 		if err := <-ch; err != nil {
@@ -36,14 +38,14 @@ func crashChild(dir string) {
 	}
 	for {
 		next++
-		ack(AppendFull(nil, &Job{ID: next, Tube: "t", State: StateReady, Body: []byte("body " + strconv.FormatUint(next, 10))}))
+		ack(record.AppendFull(nil, &record.Job{ID: next, Tube: "t", State: record.StateReady, Body: []byte("body " + strconv.FormatUint(next, 10))}))
 		fmt.Fprintf(w, "put %d\n", next)
 		if next%3 == 0 {
 			// Announce the delete first: if the kill comes before the ack
 			// the delete may or may not have reached the log.
 			fmt.Fprintf(w, "del? %d\n", next-1)
 			w.Flush()
-			ack(AppendDelete(nil, next-1))
+			ack(record.AppendDelete(nil, next-1))
 			fmt.Fprintf(w, "del %d\n", next-1)
 		}
 		w.Flush()
@@ -95,7 +97,7 @@ func TestKill9(t *testing.T) {
 		cmd.Wait()
 
 		l, rec := mustOpen(t, Options{Dir: dir, SegmentSize: 2048})
-		got := map[uint64]*Job{}
+		got := map[uint64]*record.Job{}
 		for _, j := range rec.Jobs {
 			got[j.ID] = j
 		}

@@ -11,11 +11,11 @@
 //
 //	lg, rec, err := persist.Open(opts, logger)  // lock, recover, start
 //	// load rec.Jobs into the engine; next job id = rec.MaxID+1
-//	err = lg.Append(persist.AppendFull(buf, job), func(err error) { ... })
+//	err = lg.Append(record.AppendFull(buf, job), record.AckFunc(func(err error) { ... }))
 //	...
 //	lg.Close()                                 // flush + fsync (SIGTERM)
 //
-// The engine encodes each change with AppendFull (put, and compaction
+// The engine encodes each change with package record's AppendFull (put, and compaction
 // rewrites), AppendDelete, AppendBury, AppendKick or AppendRelease (every
 // release, delay 0 included) and calls Append. Records of one job must be
 // appended in the order its changes happen: append while holding the lock

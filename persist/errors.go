@@ -1,6 +1,10 @@
 package persist
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/beanpole/beanpole/record"
+)
 
 var (
 	// ErrLocked: another process (or another Open in this one) holds
@@ -11,7 +15,7 @@ var (
 	// quota, unwritable directory, out of file descriptors...). The record
 	// was not queued; a put should answer OUT_OF_MEMORY, as upstream does.
 	// Deletes never get it: their room was reserved by the put.
-	ErrNoSpace = errors.New("binlog: no space for record")
+	ErrNoSpace = record.ErrNoSpace
 
 	// ErrFailed: a write or fsync failed, so nothing written after it can be
 	// promised durable. Every later Append returns it (wrapped with the
@@ -23,8 +27,8 @@ var (
 	ErrClosed = errors.New("binlog: closed")
 
 	// ErrBadRecord: Append was given bytes that are not a record made by
-	// this package's Append* encoders.
-	ErrBadRecord = errors.New("binlog: malformed record")
+	// record.Append* encoders.
+	ErrBadRecord = record.ErrBad
 
 	// ErrFormat: the directory holds a segment this version cannot read
 	// (upstream beanstalkd's format, or a newer beanpole). Open refuses to

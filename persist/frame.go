@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/beanpole/beanpole/record"
+
 	"encoding/binary"
 	"hash/crc32"
 
@@ -125,3 +127,11 @@ func appendFrame(dst []byte, lsn uint64, payload []byte, crc uint32) []byte {
 	dst = append(dst, h[:]...)
 	return append(dst, payload...)
 }
+
+const (
+	deleteFrameSize = frameHeaderSize + record.DeleteSize
+	idMarkFrameSize = frameHeaderSize + record.HighWaterSize
+
+	// segPrefix is what opens every segment: the header and an id mark.
+	segPrefix = segHeaderSize + idMarkFrameSize
+)

@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/beanpole/beanpole/record"
+
 	"bytes"
 	"fmt"
 	"os"
@@ -128,7 +130,7 @@ type model struct {
 	t     testing.TB
 	mu    sync.Mutex
 	l     *Log
-	jobs  map[uint64]*Job
+	jobs  map[uint64]*record.Job
 	next  uint64
 	bseq  uint64
 	clock int64
@@ -137,11 +139,11 @@ type model struct {
 	async bool
 	// hist keeps every state each job has been in, to check that recovery
 	// never invents one.
-	hist map[uint64][]Job
+	hist map[uint64][]record.Job
 }
 
 func newModel(t testing.TB, l *Log) *model {
-	return &model{t: t, l: l, jobs: map[uint64]*Job{}, hist: map[uint64][]Job{}, clock: 1_700_000_000_000_000_000}
+	return &model{t: t, l: l, jobs: map[uint64]*record.Job{}, hist: map[uint64][]record.Job{}, clock: 1_700_000_000_000_000_000}
 }
 
 // adopt takes over a recovered state (after a restart).
@@ -155,7 +157,7 @@ func (m *model) adopt(l *Log, rec *Recovered) {
 	}
 }
 
-func (m *model) snapshot(j *Job) {
+func (m *model) snapshot(j *record.Job) {
 	c := *j
 	c.Body = slices.Clone(j.Body)
 	m.hist[j.ID] = append(m.hist[j.ID], c)
@@ -169,7 +171,7 @@ func (m *model) snapshot(j *Job) {
 func (m *model) appendLocked(rec []byte) (wait func() error, err error) {
 	if m.async {
 		m.wg.Add(1)
-		err := m.l.Append(rec, AckFunc(func(err error) {
+		err := m.l.Append(rec, record.AckFunc(func(err error) {
 			if err != nil {
 				m.errs.Add(1)
 			}
@@ -181,7 +183,7 @@ func (m *model) appendLocked(rec []byte) (wait func() error, err error) {
 		return func() error { return err }, err
 	}
 	ch := make(chan error, 1)
-	if err := m.l.Append(rec, AckFunc(func(err error) { ch <- err })); err != nil {
+	if err := m.l.Append(rec, record.AckFunc(func(err error) { ch <- err })); err != nil {
 		return func() error { return err }, err
 	}
 	return func() error { return <-ch }, nil
@@ -198,12 +200,12 @@ func (m *model) put(tube string, pri uint32, delay time.Duration, body []byte) (
 	m.mu.Lock()
 	m.next++
 	m.clock += 1000
-	j := &Job{ID: m.next, Tube: tube, Pri: pri, State: StateReady, Delay: delay, TTR: time.Second,
+	j := &record.Job{ID: m.next, Tube: tube, Pri: pri, State: record.StateReady, Delay: delay, TTR: time.Second,
 		CreatedAt: m.clock, Body: slices.Clone(body)}
 	if delay > 0 {
-		j.State, j.Deadline = StateDelayed, m.clock+int64(delay)
+		j.State, j.Deadline = record.StateDelayed, m.clock+int64(delay)
 	}
-	wait, err := m.appendLocked(AppendFull(nil, j))
+	wait, err := m.appendLocked(record.AppendFull(nil, j))
 	if err != nil {
 		m.mu.Unlock()
 		return j.ID, err // the id is burned, as upstream
@@ -238,7 +240,7 @@ func (m *model) del(id uint64) error {
 		return fmt.Errorf("no job %d", id)
 	}
 	delete(m.jobs, id) // deleted in memory even if the log fails, as upstream
-	wait, _ := m.appendLocked(AppendDelete(nil, id))
+	wait, _ := m.appendLocked(record.AppendDelete(nil, id))
 	m.mu.Unlock()
 	return wait()
 }
@@ -250,9 +252,9 @@ func (m *model) bury(id uint64, pri uint32) error {
 	j.Counters.Reserves++
 	j.Counters.Buries++
 	m.bseq++
-	j.State, j.Pri, j.BuriedSeq, j.Deadline = StateBuried, pri, m.bseq, 0
+	j.State, j.Pri, j.BuriedSeq, j.Deadline = record.StateBuried, pri, m.bseq, 0
 	m.snapshot(j)
-	wait, err := m.appendLocked(AppendBury(nil, id, pri, m.bseq, j.Counters))
+	wait, err := m.appendLocked(record.AppendBury(nil, id, pri, m.bseq, j.Counters))
 	if err != nil {
 		*j = saved
 		m.hist[id] = m.hist[id][:len(m.hist[id])-1]
@@ -266,9 +268,9 @@ func (m *model) kick(id uint64) error {
 	j := m.jobs[id]
 	saved := *j
 	j.Counters.Kicks++
-	j.State, j.Deadline = StateReady, 0
+	j.State, j.Deadline = record.StateReady, 0
 	m.snapshot(j)
-	wait, err := m.appendLocked(AppendKick(nil, id, j.Counters))
+	wait, err := m.appendLocked(record.AppendKick(nil, id, j.Counters))
 	if err != nil {
 		*j = saved
 		m.hist[id] = m.hist[id][:len(m.hist[id])-1]
@@ -284,12 +286,12 @@ func (m *model) release(id uint64, pri uint32, delay time.Duration) error {
 	j.Counters.Reserves++
 	j.Counters.Releases++
 	m.clock += 1000
-	j.Pri, j.Delay, j.State, j.Deadline = pri, delay, StateReady, 0
+	j.Pri, j.Delay, j.State, j.Deadline = pri, delay, record.StateReady, 0
 	if delay > 0 {
-		j.State, j.Deadline = StateDelayed, m.clock+int64(delay)
+		j.State, j.Deadline = record.StateDelayed, m.clock+int64(delay)
 	}
 	m.snapshot(j)
-	wait, err := m.appendLocked(AppendRelease(nil, id, pri, delay, j.Deadline, j.Counters))
+	wait, err := m.appendLocked(record.AppendRelease(nil, id, pri, delay, j.Deadline, j.Counters))
 	if err != nil {
 		*j = saved
 		m.hist[id] = m.hist[id][:len(m.hist[id])-1]
@@ -304,7 +306,7 @@ func (m *model) rewrite(ids []uint64) {
 	defer m.mu.Unlock()
 	for _, id := range ids {
 		if j := m.jobs[id]; j != nil {
-			_ = m.l.Append(AppendFull(nil, j), nil)
+			_ = m.l.Append(record.AppendFull(nil, j), nil)
 		}
 	}
 }
@@ -312,7 +314,7 @@ func (m *model) rewrite(ids []uint64) {
 // check compares recovered jobs with the model.
 func (m *model) check(rec *Recovered) {
 	m.t.Helper()
-	want := make([]*Job, 0, len(m.jobs))
+	want := make([]*record.Job, 0, len(m.jobs))
 	for _, j := range m.jobs {
 		want = append(want, j)
 	}
@@ -331,7 +333,7 @@ func (m *model) check(rec *Recovered) {
 }
 
 // historical reports whether j equals some state its job has been in.
-func (m *model) historical(j *Job) bool {
+func (m *model) historical(j *record.Job) bool {
 	for i := range m.hist[j.ID] {
 		if sameJob(j, &m.hist[j.ID][i]) {
 			return true
@@ -340,17 +342,17 @@ func (m *model) historical(j *Job) bool {
 	return false
 }
 
-func sameJob(a, b *Job) bool {
+func sameJob(a, b *record.Job) bool {
 	ys := b.State
-	if ys == StateReserved {
-		ys = StateReady
+	if ys == record.StateReserved {
+		ys = record.StateReady
 	}
 	return bytes.Equal(a.Body, b.Body) && a.ID == b.ID && a.Tube == b.Tube && a.Pri == b.Pri &&
 		a.State == ys && a.Delay == b.Delay && a.TTR == b.TTR && a.CreatedAt == b.CreatedAt &&
 		a.Deadline == b.Deadline && a.BuriedSeq == b.BuriedSeq && a.Counters == b.Counters
 }
 
-func ids(js []*Job) []uint64 {
+func ids(js []*record.Job) []uint64 {
 	var out []uint64
 	for _, j := range js {
 		out = append(out, j.ID)

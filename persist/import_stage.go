@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/beanpole/beanpole/record"
+
 	"bytes"
 	"errors"
 	"fmt"
@@ -38,7 +40,7 @@ func writeStaged(opts Options, log zerolog.Logger, staging string, jobs []*upstr
 	// Acks come in append order: the one of the last record queued means
 	// every record before it is durable too.
 	done := make(chan error, 1)
-	ack := AckFunc(func(err error) { done <- err })
+	ack := record.AckFunc(func(err error) { done <- err })
 	pending := 0
 	for i, uj := range jobs {
 		body, err := bodies.read(uj)
@@ -49,8 +51,8 @@ func writeStaged(opts Options, log zerolog.Logger, staging string, jobs []*upstr
 		if err != nil {
 			return fail(err)
 		}
-		var a Ack
-		if pending += FullSize(j); pending >= importBatch {
+		var a record.Ack
+		if pending += record.FullSize(j); pending >= importBatch {
 			a, pending = ack, 0
 		}
 		if err := sl.Put(j, a); err != nil {
@@ -65,7 +67,7 @@ func writeStaged(opts Options, log zerolog.Logger, staging string, jobs []*upstr
 			}
 		}
 	}
-	if err := sl.place(appendHighWater(nil, maxID), kindHighWater, maxID, ack); err != nil {
+	if err := sl.place(record.AppendHighWater(nil, maxID), record.KindHighWater, maxID, ack); err != nil {
 		return fail(err)
 	}
 	err = <-done
@@ -82,17 +84,17 @@ func writeStaged(opts Options, log zerolog.Logger, staging string, jobs []*upstr
 }
 
 // importedJob is u as a job of beanpole's, with body.
-func importedJob(u *upstream.Job, body []byte) (*Job, error) {
-	j := &Job{ID: u.ID, Tube: u.Tube, Pri: u.Pri, Delay: u.Delay, TTR: u.TTR, CreatedAt: u.CreatedAt,
+func importedJob(u *upstream.Job, body []byte) (*record.Job, error) {
+	j := &record.Job{ID: u.ID, Tube: u.Tube, Pri: u.Pri, Delay: u.Delay, TTR: u.TTR, CreatedAt: u.CreatedAt,
 		Deadline: u.Deadline, BuriedSeq: u.BuriedSeq, Body: body,
-		Counters: Counters(u.Counters)}
+		Counters: record.Counters(u.Counters)}
 	switch u.State {
 	case upstream.Ready:
-		j.State = StateReady
+		j.State = record.StateReady
 	case upstream.Delayed:
-		j.State = StateDelayed
+		j.State = record.StateDelayed
 	case upstream.Buried:
-		j.State = StateBuried
+		j.State = record.StateBuried
 	default:
 		return nil, fmt.Errorf("job %d: state %v left by the replay", u.ID, u.State)
 	}

@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/beanpole/beanpole/record"
+
 	"errors"
 	"os"
 	"path/filepath"
@@ -17,7 +19,7 @@ import (
 // every state over three tubes, a delete, a job moved by compaction while
 // reserved, and the highest id only in a delete. It returns the directory
 // and the jobs an import must carry over.
-func upstreamFixture(t *testing.T) (string, []*Job) {
+func upstreamFixture(t *testing.T) (string, []*record.Job) {
 	t.Helper()
 	one, two, three := ut.Put(1, "default", "one\r\n"), ut.Put(2, "mail", "two\r\n"), ut.Put(3, "mail", "three\r\n")
 	four, five, six := ut.Put(4, "mail", "four\r\n"), ut.Put(5, "x", "gone\r\n"), ut.Put(6, "default", "six\r\n")
@@ -34,11 +36,11 @@ func upstreamFixture(t *testing.T) (string, []*Job) {
 	writeFile(t, dir, "binlog.1", ut.File(7, 0, one, two, three, four, five, delayed, buried4, buried3, five.Update(ut.Deleted)))
 	writeFile(t, dir, "binlog.2", ut.File(7, 4096, six, moved, ut.Put(9, "", "").Update(ut.Deleted)))
 	writeFile(t, dir, "lock", nil)
-	job := func(r ut.Record, state State, seq uint64) *Job {
-		return &Job{ID: r.ID, Tube: r.Tube, Pri: r.Pri, State: state, TTR: time.Minute, CreatedAt: ut.Created, BuriedSeq: seq, Body: []byte(r.Body)}
+	job := func(r ut.Record, state record.State, seq uint64) *record.Job {
+		return &record.Job{ID: r.ID, Tube: r.Tube, Pri: r.Pri, State: state, TTR: time.Minute, CreatedAt: ut.Created, BuriedSeq: seq, Body: []byte(r.Body)}
 	}
-	want := []*Job{job(one, StateReady, 0), job(two, StateDelayed, 0), job(three, StateBuried, 2),
-		job(four, StateBuried, 1), job(six, StateReady, 0)}
+	want := []*record.Job{job(one, record.StateReady, 0), job(two, record.StateDelayed, 0), job(three, record.StateBuried, 2),
+		job(four, record.StateBuried, 1), job(six, record.StateReady, 0)}
 	want[0].Reserves = 1
 	want[1].Delay, want[1].Deadline, want[1].Reserves, want[1].Releases = time.Hour, deadline, 1, 1
 	want[2].Reserves, want[2].Buries = 1, 1
@@ -59,7 +61,7 @@ func writeFile(t *testing.T, dir, name string, b []byte) {
 // checkImported: the log in dir holds exactly want, ids go on after 9,
 // upstream's files are in the archive and nothing else of the import is
 // left.
-func checkImported(t *testing.T, dir string, want []*Job) {
+func checkImported(t *testing.T, dir string, want []*record.Job) {
 	t.Helper()
 	l, rec := mustOpen(t, Options{Dir: dir, SegmentSize: smallSegments})
 	defer l.Close()

@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/beanpole/beanpole/record"
+
 	"errors"
 	"fmt"
 	"os"
@@ -135,19 +137,6 @@ func Open(opts Options, log zerolog.Logger) (*Log, *Recovered, error) {
 	return l, rec, nil
 }
 
-// Ack is told, exactly once, how a record that Append (or one of the typed
-// appenders) queued ended: err is nil once the record is as durable as the
-// -f flags promise, or the write or fsync error that means it never will
-// be. Durable runs on the log's writer goroutine: it must be quick and must
-// not block, and must not call back into the log except to Append.
-type Ack interface{ Durable(err error) }
-
-// AckFunc adapts a function to Ack.
-type AckFunc func(error)
-
-// Durable calls f.
-func (f AckFunc) Durable(err error) { f(err) }
-
 // Append queues one record, made by AppendFull, AppendDelete, AppendBury,
 // AppendKick or AppendRelease, and returns at once; rec is copied, so the
 // caller may reuse it as soon as Append returns. The typed appenders (Put,
@@ -166,53 +155,53 @@ func (f AckFunc) Durable(err error) { f(err) }
 //
 // A full record for a job that is already live is a rewrite (compaction):
 // it moves the job's pin to the new record and counts as migrated.
-func (l *Log) Append(rec []byte, ack Ack) error {
+func (l *Log) Append(rec []byte, ack record.Ack) error {
 	// Validate exactly what recovery will accept, so that an engine bug
 	// fails here instead of showing up as corruption after a restart.
-	var r record
-	if err := decodeRecord(rec, &r); err != nil {
+	var r record.Record
+	if err := record.Decode(rec, &r); err != nil {
 		return err
 	}
-	if r.kind == kindHighWater || r.id == 0 {
-		return fmt.Errorf("%w: %v record for job %d", ErrBadRecord, r.kind, r.id)
+	if r.Kind == record.KindHighWater || r.ID == 0 {
+		return fmt.Errorf("%w: %v record for job %d", ErrBadRecord, r.Kind, r.ID)
 	}
-	return l.place(rec, r.kind, r.id, ack)
+	return l.place(rec, r.Kind, r.ID, ack)
 }
 
 // Put queues the full record of a new job.
-func (l *Log) Put(j *Job, ack Ack) error {
+func (l *Log) Put(j *record.Job, ack record.Ack) error {
 	b := getScratch()
-	*b = AppendFull((*b)[:0], j)
-	err := l.place(*b, kindFull, j.ID, ack)
+	*b = record.AppendFull((*b)[:0], j)
+	err := l.place(*b, record.KindFull, j.ID, ack)
 	putScratch(b)
 	return err
 }
 
 // Rewrite queues a fresh full record of a live job (Options.Rewrite).
-func (l *Log) Rewrite(j *Job) error { return l.Put(j, nil) }
+func (l *Log) Rewrite(j *record.Job) error { return l.Put(j, nil) }
 
 // Delete queues a delete record.
-func (l *Log) Delete(id uint64, ack Ack) error {
+func (l *Log) Delete(id uint64, ack record.Ack) error {
 	var b [16]byte
-	return l.place(AppendDelete(b[:0], id), kindDelete, id, ack)
+	return l.place(record.AppendDelete(b[:0], id), record.KindDelete, id, ack)
 }
 
 // Release queues a release record (see AppendRelease).
-func (l *Log) Release(id uint64, pri uint32, delay time.Duration, deadline int64, c Counters, ack Ack) error {
+func (l *Log) Release(id uint64, pri uint32, delay time.Duration, deadline int64, c record.Counters, ack record.Ack) error {
 	var b [64]byte
-	return l.place(AppendRelease(b[:0], id, pri, delay, deadline, c), kindRelease, id, ack)
+	return l.place(record.AppendRelease(b[:0], id, pri, delay, deadline, c), record.KindRelease, id, ack)
 }
 
 // Bury queues a bury record (see AppendBury).
-func (l *Log) Bury(id uint64, pri uint32, buriedSeq uint64, c Counters, ack Ack) error {
+func (l *Log) Bury(id uint64, pri uint32, buriedSeq uint64, c record.Counters, ack record.Ack) error {
 	var b [64]byte
-	return l.place(AppendBury(b[:0], id, pri, buriedSeq, c), kindBury, id, ack)
+	return l.place(record.AppendBury(b[:0], id, pri, buriedSeq, c), record.KindBury, id, ack)
 }
 
 // Kick queues a kick record (see AppendKick).
-func (l *Log) Kick(id uint64, c Counters, ack Ack) error {
+func (l *Log) Kick(id uint64, c record.Counters, ack record.Ack) error {
 	var b [64]byte
-	return l.place(AppendKick(b[:0], id, c), kindKick, id, ack)
+	return l.place(record.AppendKick(b[:0], id, c), record.KindKick, id, ack)
 }
 
 // scratch holds encoded full records on their way into a batch: bodies
@@ -228,7 +217,7 @@ func putScratch(b *[]byte) {
 }
 
 // place queues an encoded record of kind k for job id.
-func (l *Log) place(rec []byte, k kind, id uint64, ack Ack) error {
+func (l *Log) place(rec []byte, k record.Kind, id uint64, ack record.Ack) error {
 	crc := checksum(rec) // outside the lock: the body can be large
 	n := int64(frameHeaderSize + len(rec))
 
@@ -245,9 +234,9 @@ func (l *Log) place(rec []byte, k kind, id uint64, ack Ack) error {
 	p, live := l.pins[id]
 	owe, keep := int64(len(l.pins)), true
 	switch {
-	case k == kindFull && !live:
+	case k == record.KindFull && !live:
 		owe++ // a new job: it will owe a delete too
-	case k == kindDelete && live:
+	case k == record.KindDelete && live:
 		owe, keep = owe-1, false // its room was reserved by the put
 	}
 	s, err := l.placeLocked(n, owe, keep)
@@ -268,7 +257,7 @@ func (l *Log) place(rec []byte, k kind, id uint64, ack Ack) error {
 	}
 	l.maxID = max(l.maxID, id)
 	switch k {
-	case kindFull:
+	case record.KindFull:
 		if live {
 			l.unpinLocked(p, lsn)
 			l.pending.migrated++
@@ -276,7 +265,7 @@ func (l *Log) place(rec []byte, k kind, id uint64, ack Ack) error {
 		s.refs++
 		s.liveBytes += n
 		l.pins[id] = pin{seq: s.seq, bytes: uint32(n)}
-	case kindDelete:
+	case record.KindDelete:
 		if live {
 			l.unpinLocked(p, lsn)
 			delete(l.pins, id)

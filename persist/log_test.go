@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/beanpole/beanpole/record"
+
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -46,7 +48,7 @@ func TestRoundTrip(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Append(AppendDelete(nil, a), nil); err != ErrClosed {
+	if err := l.Append(record.AppendDelete(nil, a), nil); err != ErrClosed {
 		t.Fatalf("Append after Close: %v", err)
 	}
 
@@ -65,14 +67,14 @@ func TestRoundTrip(t *testing.T) {
 	}
 	l, rec = mustOpen(t, fastOpts(dir))
 	defer l.Close()
-	byID := map[uint64]*Job{}
+	byID := map[uint64]*record.Job{}
 	for _, j := range rec.Jobs {
 		byID[j.ID] = j
 	}
-	if byID[c].Pri != 3 || byID[c].State != StateReady || byID[c].Counters.Kicks != 1 {
+	if byID[c].Pri != 3 || byID[c].State != record.StateReady || byID[c].Counters.Kicks != 1 {
 		t.Fatalf("job c: %+v", byID[c])
 	}
-	if byID[g].Pri != 77 || byID[g].State != StateReady || byID[g].Counters.Releases != 1 {
+	if byID[g].Pri != 77 || byID[g].State != record.StateReady || byID[g].Counters.Releases != 1 {
 		t.Fatalf("release with delay 0 lost its priority: %+v", byID[g])
 	}
 	if byID[a].Counters.Buries != 1 || byID[a].BuriedSeq >= byID[f].BuriedSeq {
@@ -151,7 +153,7 @@ func TestSegmentRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 		seq, _ := parseSegName(filepath.Base(p))
-		sc := scanSegment(buf, seq, 0, func(*record, uint64, int64) error { return nil })
+		sc := scanSegment(buf, seq, 0, func(*record.Record, uint64, int64) error { return nil })
 		if sc.empty {
 			continue // a spare
 		}

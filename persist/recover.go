@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/beanpole/beanpole/record"
+
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +18,7 @@ type Recovered struct {
 	//     ready now;
 	//   - buried jobs go back on their tube's buried list in BuriedSeq
 	//     order; ready jobs are ordered by (Pri, ID) by the engine.
-	Jobs []*Job
+	Jobs []*record.Job
 	// MaxID is the highest job id the log has ever recorded, deleted jobs
 	// included. The next id handed out must be MaxID+1.
 	MaxID uint64
@@ -111,7 +113,7 @@ func (l *Log) recover() (*Recovered, error) {
 		if buf, err = readWhole(fsys, path, buf); err != nil {
 			return nil, fmt.Errorf("binlog: %w", err)
 		}
-		sc := scanSegment(buf, seq, rp.lastLSN, func(r *record, lsn uint64, n int64) error {
+		sc := scanSegment(buf, seq, rp.lastLSN, func(r *record.Record, lsn uint64, n int64) error {
 			return rp.apply(r, seq, lsn, n)
 		})
 		switch sc.hdr {
@@ -133,7 +135,7 @@ func (l *Log) recover() (*Recovered, error) {
 			tail = i
 		}
 	}
-	rec := &Recovered{MaxID: rp.maxID, Records: rp.records}
+	rec := &Recovered{MaxID: rp.live.MaxID, Records: rp.records}
 	report := func(p Problem) {
 		rec.Problems = append(rec.Problems, p)
 		ev := l.log.Error()
@@ -250,22 +252,22 @@ func (l *Log) recover() (*Recovered, error) {
 	}
 
 	// Pins: each live job holds the segment with its latest full record.
-	rec.Jobs = rp.result()
-	for id, j := range rp.jobs {
-		s := bySeq[j.pinSeq]
+	rec.Jobs = rp.live.Sorted()
+	for id, p := range rp.pins {
+		s := bySeq[p.seq]
 		if s == nil {
 			continue // cannot happen: a full record was read from it
 		}
 		s.refs++
-		s.liveBytes += int64(j.pinBytes)
-		l.pins[id] = pin{seq: j.pinSeq, bytes: j.pinBytes}
+		s.liveBytes += int64(p.bytes)
+		l.pins[id] = p
 	}
 	l.maxID = rec.MaxID
 	l.nextLSN = rp.lastLSN + 1
 	l.writtenLSN, l.syncedLSN = rp.lastLSN, rp.lastLSN
 	l.finishRecoveredList()
-	if rp.orphans > 0 {
-		l.log.Debug().Int("records", rp.orphans).Msg("binlog: updates for jobs whose full record was reclaimed")
+	if rp.live.Orphans > 0 {
+		l.log.Debug().Int("records", rp.live.Orphans).Msg("binlog: updates for jobs whose full record was reclaimed")
 	}
 	return rec, nil
 }

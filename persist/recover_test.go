@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/beanpole/beanpole/record"
+
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,8 +10,8 @@ import (
 	"time"
 )
 
-func cloneJobs(m map[uint64]*Job) map[uint64]*Job {
-	out := make(map[uint64]*Job, len(m))
+func cloneJobs(m map[uint64]*record.Job) map[uint64]*record.Job {
+	out := make(map[uint64]*record.Job, len(m))
 	for id, j := range m {
 		c := *j
 		out[id] = &c
@@ -17,7 +19,7 @@ func cloneJobs(m map[uint64]*Job) map[uint64]*Job {
 	return out
 }
 
-func checkJobs(t testing.TB, what string, got []*Job, want map[uint64]*Job) {
+func checkJobs(t testing.TB, what string, got []*record.Job, want map[uint64]*record.Job) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: recovered %v, want %d jobs", what, ids(got), len(want))
@@ -213,7 +215,7 @@ func TestCorruptRecordSkipped(t *testing.T) {
 	offs, _ := frames(t, seg)
 	data, _ := os.ReadFile(seg)
 	// frames: id mark, put a, put b, put c, bury c. Damage b's body.
-	data[offs[2]+frameHeaderSize+fullFixedSize+2] ^= 0x40
+	data[offs[2]+frameHeaderSize+int64(record.FullSize(&record.Job{Tube: "t"}))+1] ^= 0x40
 	os.WriteFile(seg, data, 0o600)
 
 	for range 2 { // the report repeats on every start; nothing is lost twice
@@ -251,7 +253,7 @@ func TestDamageInsideLastSegment(t *testing.T) {
 	if len(rec.Problems) != 1 || rec.Problems[0].Kind != Unreadable || rec.Problems[0].Records != 1 || rec.Problems[0].JobIDs[0] != c {
 		t.Fatalf("problems %v", rec.Problems)
 	}
-	checkJobs(t, "first open", rec.Jobs, map[uint64]*Job{a: m.jobs[a]})
+	checkJobs(t, "first open", rec.Jobs, map[uint64]*record.Job{a: m.jobs[a]})
 	m.adopt(l, rec)
 	delete(m.jobs, b)
 	delete(m.jobs, c)

@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/beanpole/beanpole/record"
+
 	"encoding/binary"
 
 	"github.com/beanpole/beanpole/persist/internal/zeros"
@@ -47,7 +49,7 @@ type badFrame struct {
 // every good record to apply, in order. prevLSN is the last LSN of the log
 // so far (0 at the head): the first frame must come after it; within a
 // segment LSNs are consecutive.
-func scanSegment(buf []byte, seq, prevLSN uint64, apply func(r *record, lsn uint64, frameLen int64) error) *segScan {
+func scanSegment(buf []byte, seq, prevLSN uint64, apply func(r *record.Record, lsn uint64, frameLen int64) error) *segScan {
 	sc := &segScan{seq: seq, size: int64(len(buf)), lostAt: -1}
 	hseq, st := parseSegHeader(buf)
 	sc.hdr = st
@@ -66,7 +68,7 @@ func scanSegment(buf []byte, seq, prevLSN uint64, apply func(r *record, lsn uint
 	sc.end = off
 	size := int64(len(buf))
 	expect := uint64(0) // 0: anything after prevLSN
-	var rec record
+	var rec record.Record
 	lose := func(why string) { sc.lostAt, sc.lostWhy = off, why }
 	for off < size {
 		if size-off < frameHeaderSize {
@@ -89,7 +91,7 @@ func scanSegment(buf []byte, seq, prevLSN uint64, apply func(r *record, lsn uint
 			lose("frame header checksum mismatch")
 			break
 		}
-		if int64(h.n) < minPayloadSize || int64(h.n) > size-off-frameHeaderSize || h.n > maxPayload {
+		if int64(h.n) < record.MinPayloadSize || int64(h.n) > size-off-frameHeaderSize || h.n > maxPayload {
 			lose("frame length out of range")
 			break
 		}
@@ -106,7 +108,7 @@ func scanSegment(buf []byte, seq, prevLSN uint64, apply func(r *record, lsn uint
 			off += flen
 			continue
 		}
-		err := decodeRecord(payload, &rec)
+		err := record.Decode(payload, &rec)
 		if err == nil {
 			err = apply(&rec, h.lsn, flen)
 		}
@@ -179,7 +181,7 @@ func probe(buf []byte, from int64, afterLSN uint64) probeResult {
 			continue
 		}
 		n := int64(binary.LittleEndian.Uint32(buf[p:]))
-		if n < minPayloadSize || n > size-p-frameHeaderSize {
+		if n < record.MinPayloadSize || n > size-p-frameHeaderSize {
 			continue
 		}
 		h, ok := parseFrameHeader(buf[p : p+frameHeaderSize])
@@ -195,7 +197,7 @@ func probe(buf []byte, from int64, afterLSN uint64) probeResult {
 		}
 		pr.maxLSN = max(pr.maxLSN, lsn)
 		pr.frames++
-		if _, id, err := peekRecord(payload); err == nil {
+		if _, id, err := record.Peek(payload); err == nil {
 			pr.maxID = max(pr.maxID, id)
 			if len(pr.ids) < maxProbeIDs && id != 0 {
 				pr.ids = append(pr.ids, id)

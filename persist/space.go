@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/beanpole/beanpole/record"
+
 	"fmt"
 	"os"
 	"strconv"
@@ -111,9 +113,9 @@ func (l *Log) advanceLocked() {
 	t.firstLSN = lsn
 	b := l.pending.add(t, 0, segPrefix)
 	putSegHeader(b[:segHeaderSize], t.seq)
-	var mark [highWaterSize]byte
-	appendHighWater(mark[:0], l.maxID)
-	putFrameHeader(b[segHeaderSize:], frameHeader{n: highWaterSize, lsn: lsn, crc: checksum(mark[:])})
+	var mark [record.HighWaterSize]byte
+	record.AppendHighWater(mark[:0], l.maxID)
+	putFrameHeader(b[segHeaderSize:], frameHeader{n: record.HighWaterSize, lsn: lsn, crc: checksum(mark[:])})
 	copy(b[segHeaderSize+frameHeaderSize:], mark[:])
 	t.used = segPrefix
 	l.pending.lastLSN = lsn

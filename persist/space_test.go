@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/beanpole/beanpole/record"
+
 	"errors"
 	"syscall"
 	"testing"
@@ -102,7 +104,7 @@ func TestWriteError(t *testing.T) {
 	}
 	// That id was never acknowledged to anyone, and never reached the disk.
 	m.next--
-	if err := l.Append(AppendDelete(nil, 1), nil); !errors.Is(err, ErrFailed) {
+	if err := l.Append(record.AppendDelete(nil, 1), nil); !errors.Is(err, ErrFailed) {
 		t.Fatalf("Append after failure: %v, want ErrFailed", err)
 	}
 	if err := l.Close(); !errors.Is(err, ErrFailed) {

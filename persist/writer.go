@@ -1,6 +1,10 @@
 package persist
 
-import "time"
+import (
+	"time"
+
+	"github.com/beanpole/beanpole/record"
+)
 
 // Group commit.
 //
@@ -21,7 +25,7 @@ type run struct {
 type batch struct {
 	buf      []byte
 	runs     []run
-	acks     []Ack
+	acks     []record.Ack
 	lastLSN  uint64
 	records  uint64 // client records (id marks excluded)
 	migrated uint64

@@ -1,4 +1,4 @@
-package persist
+package record
 
 import (
 	"encoding/binary"
@@ -15,61 +15,57 @@ import (
 // restart (upstream #668) and makes a compaction rewrite racing an update
 // harmless.
 //
-//	kind 1 full      id u64, pri u32, state u8, delay i64, ttr i64,
+//	Kind 1 full      id u64, pri u32, state u8, delay i64, ttr i64,
 //	                 created i64, deadline i64, buried-seq u64,
 //	                 counters 5×u32, tube-len u16, tube, body (rest)
-//	kind 2 delete    id u64
-//	kind 3 bury      id u64, pri u32, buried-seq u64, counters
-//	kind 4 kick      id u64, counters
-//	kind 5 release   id u64, pri u32, delay i64, deadline i64, counters
-//	kind 6 id mark   id u64 (high-water mark; written by the log itself)
+//	Kind 2 delete    id u64
+//	Kind 3 bury      id u64, pri u32, buried-seq u64, counters
+//	Kind 4 kick      id u64, counters
+//	Kind 5 release   id u64, pri u32, delay i64, deadline i64, counters
+//	Kind 6 id mark   id u64 (high-water mark; written by the log itself)
 //
 // Times are nanoseconds; created and deadline are wall-clock Unix
 // nanoseconds, because a restart cannot resume a monotonic clock.
 // counters = reserves, timeouts, releases, buries, kicks.
-type kind uint8
+type Kind uint8
 
 const (
-	kindFull      kind = 1
-	kindDelete    kind = 2
-	kindBury      kind = 3
-	kindKick      kind = 4
-	kindRelease   kind = 5
-	kindHighWater kind = 6
+	KindFull      Kind = 1
+	KindDelete    Kind = 2
+	KindBury      Kind = 3
+	KindKick      Kind = 4
+	KindRelease   Kind = 5
+	KindHighWater Kind = 6
 )
 
-func (k kind) String() string {
+func (k Kind) String() string {
 	switch k {
-	case kindFull:
+	case KindFull:
 		return "full"
-	case kindDelete:
+	case KindDelete:
 		return "delete"
-	case kindBury:
+	case KindBury:
 		return "bury"
-	case kindKick:
+	case KindKick:
 		return "kick"
-	case kindRelease:
+	case KindRelease:
 		return "release"
-	case kindHighWater:
+	case KindHighWater:
 		return "id-mark"
 	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
+	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
 const (
-	countersSize    = 5 * 4
-	fullFixedSize   = 1 + 8 + 4 + 1 + 8*4 + 8 + countersSize + 2 // 76
-	deleteSize      = 1 + 8
-	burySize        = 1 + 8 + 4 + 8 + countersSize
-	kickSize        = 1 + 8 + countersSize
-	releaseSize     = 1 + 8 + 4 + 8 + 8 + countersSize
-	highWaterSize   = 1 + 8
-	minPayloadSize  = deleteSize
-	deleteFrameSize = frameHeaderSize + deleteSize
-	idMarkFrameSize = frameHeaderSize + highWaterSize
-
-	// segPrefix is what opens every segment: the header and an id mark.
-	segPrefix = segHeaderSize + idMarkFrameSize
+	countersSize  = 5 * 4
+	fullFixedSize = 1 + 8 + 4 + 1 + 8*4 + 8 + countersSize + 2 // 76
+	// DeleteSize and HighWaterSize are the sizes of those payloads.
+	DeleteSize     = 1 + 8
+	burySize       = 1 + 8 + 4 + 8 + countersSize
+	kickSize       = 1 + 8 + countersSize
+	releaseSize    = 1 + 8 + 4 + 8 + 8 + countersSize
+	HighWaterSize  = 1 + 8
+	MinPayloadSize = DeleteSize
 )
 
 // State is a job's state as logged. The values are part of the on-disk
@@ -134,7 +130,7 @@ func AppendFull(dst []byte, j *Job) []byte {
 	if len(tube) > math.MaxUint16 {
 		tube = tube[:math.MaxUint16]
 	}
-	dst = append(dst, byte(kindFull))
+	dst = append(dst, byte(KindFull))
 	dst = binary.LittleEndian.AppendUint64(dst, j.ID)
 	dst = binary.LittleEndian.AppendUint32(dst, j.Pri)
 	dst = append(dst, byte(j.State))
@@ -151,7 +147,7 @@ func AppendFull(dst []byte, j *Job) []byte {
 
 // AppendDelete appends a delete record.
 func AppendDelete(dst []byte, id uint64) []byte {
-	dst = append(dst, byte(kindDelete))
+	dst = append(dst, byte(KindDelete))
 	return binary.LittleEndian.AppendUint64(dst, id)
 }
 
@@ -159,7 +155,7 @@ func AppendDelete(dst []byte, id uint64) []byte {
 // position buriedSeq of its tube's buried list; c are its counters after
 // the bury (Buries already incremented).
 func AppendBury(dst []byte, id uint64, pri uint32, buriedSeq uint64, c Counters) []byte {
-	dst = append(dst, byte(kindBury))
+	dst = append(dst, byte(KindBury))
 	dst = binary.LittleEndian.AppendUint64(dst, id)
 	dst = binary.LittleEndian.AppendUint32(dst, pri)
 	dst = binary.LittleEndian.AppendUint64(dst, buriedSeq)
@@ -169,7 +165,7 @@ func AppendBury(dst []byte, id uint64, pri uint32, buriedSeq uint64, c Counters)
 // AppendKick appends a kick record (kick or kick-job of a buried or delayed
 // job): the job is ready; c are its counters after the kick.
 func AppendKick(dst []byte, id uint64, c Counters) []byte {
-	dst = append(dst, byte(kindKick))
+	dst = append(dst, byte(KindKick))
 	dst = binary.LittleEndian.AppendUint64(dst, id)
 	return appendCounters(dst, c)
 }
@@ -180,7 +176,7 @@ func AppendKick(dst []byte, id uint64, c Counters) []byte {
 // otherwise ready. c are the counters after the release; since reserves
 // and timeouts are not logged on their own, this is where they persist.
 func AppendRelease(dst []byte, id uint64, pri uint32, delay time.Duration, deadline int64, c Counters) []byte {
-	dst = append(dst, byte(kindRelease))
+	dst = append(dst, byte(KindRelease))
 	dst = binary.LittleEndian.AppendUint64(dst, id)
 	dst = binary.LittleEndian.AppendUint32(dst, pri)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(delay))
@@ -188,11 +184,11 @@ func AppendRelease(dst []byte, id uint64, pri uint32, delay time.Duration, deadl
 	return appendCounters(dst, c)
 }
 
-// appendHighWater is the id mark the log writes at the start of every
+// AppendHighWater is the id mark the log writes at the start of every
 // segment: the highest job id in any earlier record. Old segments can then
 // be deleted without forgetting which ids were handed out.
-func appendHighWater(dst []byte, id uint64) []byte {
-	dst = append(dst, byte(kindHighWater))
+func AppendHighWater(dst []byte, id uint64) []byte {
+	dst = append(dst, byte(KindHighWater))
 	return binary.LittleEndian.AppendUint64(dst, id)
 }
 
@@ -214,92 +210,93 @@ func readCounters(b []byte) Counters {
 	}
 }
 
-// record is a decoded payload. tube and body alias the payload.
-type record struct {
-	kind      kind
-	id        uint64
-	pri       uint32
-	state     State
-	delay     int64
-	ttr       int64
-	created   int64
-	deadline  int64
-	buriedSeq uint64
-	c         Counters
-	tube      []byte
-	body      []byte
+// Record is a decoded payload. Tube and Body alias the payload.
+type Record struct {
+	Kind      Kind
+	ID        uint64
+	Pri       uint32
+	State     State
+	Delay     int64
+	TTR       int64
+	Created   int64
+	Deadline  int64
+	BuriedSeq uint64
+	Counters  Counters
+	Tube      []byte
+	Body      []byte
 }
 
-// peekRecord checks that p is a well-formed payload and returns its kind
+// Peek checks that p is a well-formed payload and returns its kind
 // and id. It is the whole validation Append does.
-func peekRecord(p []byte) (kind, uint64, error) {
-	if len(p) < minPayloadSize {
-		return 0, 0, fmt.Errorf("%w: %d bytes", ErrBadRecord, len(p))
+func Peek(p []byte) (Kind, uint64, error) {
+	if len(p) < MinPayloadSize {
+		return 0, 0, fmt.Errorf("%w: %d bytes", ErrBad, len(p))
 	}
-	k := kind(p[0])
+	k := Kind(p[0])
 	want := 0
 	switch k {
-	case kindFull:
+	case KindFull:
 		if len(p) < fullFixedSize {
-			return 0, 0, fmt.Errorf("%w: short full record", ErrBadRecord)
+			return 0, 0, fmt.Errorf("%w: short full record", ErrBad)
 		}
 		if tl := int(binary.LittleEndian.Uint16(p[fullFixedSize-2:])); len(p) < fullFixedSize+tl {
-			return 0, 0, fmt.Errorf("%w: tube name overruns record", ErrBadRecord)
+			return 0, 0, fmt.Errorf("%w: tube name overruns record", ErrBad)
 		}
 		want = len(p)
-	case kindDelete:
-		want = deleteSize
-	case kindBury:
+	case KindDelete:
+		want = DeleteSize
+	case KindBury:
 		want = burySize
-	case kindKick:
+	case KindKick:
 		want = kickSize
-	case kindRelease:
+	case KindRelease:
 		want = releaseSize
-	case kindHighWater:
-		want = highWaterSize
+	case KindHighWater:
+		want = HighWaterSize
 	default:
-		return 0, 0, fmt.Errorf("%w: unknown kind %d", ErrBadRecord, p[0])
+		return 0, 0, fmt.Errorf("%w: unknown kind %d", ErrBad, p[0])
 	}
 	if len(p) != want {
-		return 0, 0, fmt.Errorf("%w: %v record of %d bytes", ErrBadRecord, k, len(p))
+		return 0, 0, fmt.Errorf("%w: %v record of %d bytes", ErrBad, k, len(p))
 	}
 	return k, binary.LittleEndian.Uint64(p[1:]), nil
 }
 
-func decodeRecord(p []byte, r *record) error {
-	k, id, err := peekRecord(p)
+// Decode checks p as Peek does and decodes it into r.
+func Decode(p []byte, r *Record) error {
+	k, id, err := Peek(p)
 	if err != nil {
 		return err
 	}
-	*r = record{kind: k, id: id}
+	*r = Record{Kind: k, ID: id}
 	b := p[9:]
 	switch k {
-	case kindFull:
-		r.pri = binary.LittleEndian.Uint32(b[0:])
-		r.state = State(b[4])
-		r.delay = int64(binary.LittleEndian.Uint64(b[5:]))
-		r.ttr = int64(binary.LittleEndian.Uint64(b[13:]))
-		r.created = int64(binary.LittleEndian.Uint64(b[21:]))
-		r.deadline = int64(binary.LittleEndian.Uint64(b[29:]))
-		r.buriedSeq = binary.LittleEndian.Uint64(b[37:])
-		r.c = readCounters(b[45:])
+	case KindFull:
+		r.Pri = binary.LittleEndian.Uint32(b[0:])
+		r.State = State(b[4])
+		r.Delay = int64(binary.LittleEndian.Uint64(b[5:]))
+		r.TTR = int64(binary.LittleEndian.Uint64(b[13:]))
+		r.Created = int64(binary.LittleEndian.Uint64(b[21:]))
+		r.Deadline = int64(binary.LittleEndian.Uint64(b[29:]))
+		r.BuriedSeq = binary.LittleEndian.Uint64(b[37:])
+		r.Counters = readCounters(b[45:])
 		tl := int(binary.LittleEndian.Uint16(b[65:]))
-		r.tube = b[67 : 67+tl]
-		r.body = b[67+tl:]
-		if r.state < StateReady || r.state > StateBuried {
-			return fmt.Errorf("%w: job %d has state %d", ErrBadRecord, id, r.state)
+		r.Tube = b[67 : 67+tl]
+		r.Body = b[67+tl:]
+		if r.State < StateReady || r.State > StateBuried {
+			return fmt.Errorf("%w: job %d has state %d", ErrBad, id, r.State)
 		}
-	case kindBury:
-		r.pri = binary.LittleEndian.Uint32(b[0:])
-		r.buriedSeq = binary.LittleEndian.Uint64(b[4:])
-		r.c = readCounters(b[12:])
-	case kindKick:
-		r.c = readCounters(b)
-	case kindRelease:
-		r.pri = binary.LittleEndian.Uint32(b[0:])
-		r.delay = int64(binary.LittleEndian.Uint64(b[4:]))
-		r.deadline = int64(binary.LittleEndian.Uint64(b[12:]))
-		r.c = readCounters(b[20:])
+	case KindBury:
+		r.Pri = binary.LittleEndian.Uint32(b[0:])
+		r.BuriedSeq = binary.LittleEndian.Uint64(b[4:])
+		r.Counters = readCounters(b[12:])
+	case KindKick:
+		r.Counters = readCounters(b)
+	case KindRelease:
+		r.Pri = binary.LittleEndian.Uint32(b[0:])
+		r.Delay = int64(binary.LittleEndian.Uint64(b[4:]))
+		r.Deadline = int64(binary.LittleEndian.Uint64(b[12:]))
+		r.Counters = readCounters(b[20:])
 	}
 	return nil
 }
