@@ -1,0 +1,298 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/beanpole/beanpole/record"
+)
+
+// group is n in-process nodes on raft's in-memory transport.
+type group struct {
+	t     *testing.T
+	nodes []*Node
+	trans []*raft.InmemTransport
+}
+
+func newGroup(t *testing.T, n int) *group {
+	g := &group{t: t}
+	var members []Member
+	addrs := make([]raft.ServerAddress, n)
+	for i := range n {
+		addrs[i], g.trans = raft.NewInmemAddr(), append(g.trans, nil)
+		_, g.trans[i] = raft.NewInmemTransport(addrs[i])
+		members = append(members, Member{ID: fmt.Sprintf("n%d", i+1), Raft: string(addrs[i])})
+	}
+	for i := range n {
+		for k := range n {
+			if i != k {
+				g.trans[i].Connect(addrs[k], g.trans[k])
+			}
+		}
+	}
+	for i := range n {
+		nd, err := Open(Config{ID: members[i].ID, Dir: t.TempDir(), Bootstrap: members, Transport: g.trans[i],
+			HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, LogOutput: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.nodes = append(g.nodes, nd)
+	}
+	t.Cleanup(func() {
+		for _, nd := range g.nodes {
+			if nd != nil {
+				nd.Close()
+			}
+		}
+	})
+	return g
+}
+
+// leader waits for a node (other than the excluded ones) to lead and
+// returns it with its journal.
+func (g *group) leader(excluded ...*Node) (*Node, *Journal) {
+	g.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		for _, nd := range g.nodes {
+			if nd == nil || slicesContains(excluded, nd) || nd.Raft.State() != raft.Leader {
+				continue
+			}
+			j, err := nd.AwaitLeadership(ctx)
+			if err == nil {
+				return nd, j
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	g.t.Fatal("no leader within 30 s")
+	return nil, nil
+}
+
+func slicesContains(s []*Node, n *Node) bool {
+	for _, x := range s {
+		if x == n {
+			return true
+		}
+	}
+	return false
+}
+
+// acks collects acknowledgements: the journal's contract is exactly once
+// each, in append order.
+type acks struct {
+	mu   sync.Mutex
+	got  []int
+	errs []error
+	all  chan struct{}
+	want int
+}
+
+func newAcks(want int) *acks { return &acks{all: make(chan struct{}), want: want} }
+
+func (a *acks) ack(i int) record.Ack {
+	return record.AckFunc(func(err error) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.got = append(a.got, i)
+		a.errs = append(a.errs, err)
+		if len(a.got) == a.want {
+			close(a.all)
+		}
+	})
+}
+
+func (a *acks) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-a.all:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%d of %d acks after 30 s", len(a.got), a.want)
+	}
+	for i, g := range a.got {
+		if g != i {
+			t.Fatalf("ack %d arrived in place %d: acks must run in append order", g, i)
+		}
+		if a.errs[i] != nil {
+			t.Fatalf("ack %d: %v", g, a.errs[i])
+		}
+	}
+}
+
+func job(id uint64) *record.Job {
+	return &record.Job{ID: id, Tube: fmt.Sprintf("t%d", id%3), Pri: uint32(id), State: record.StateReady,
+		TTR: time.Minute, CreatedAt: int64(id) * 1e9, Body: []byte(fmt.Sprintf("body %d", id))}
+}
+
+// converged waits until every live node has applied the leader's index and
+// returns their states, which must be equal.
+func (g *group) converged(leader *Node) ([]*record.Job, uint64) {
+	g.t.Helper()
+	want := leader.Raft.AppliedIndex()
+	deadline := time.Now().Add(30 * time.Second)
+	var jobs []*record.Job
+	var maxID uint64
+	for _, nd := range g.nodes {
+		if nd == nil {
+			continue
+		}
+		for nd.FSM.Applied() < want {
+			if time.Now().After(deadline) {
+				g.t.Fatalf("a node applied %d of %d entries after 30 s", nd.FSM.Applied(), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		js, m := nd.FSM.State()
+		if jobs == nil {
+			jobs, maxID = js, m
+			continue
+		}
+		if !reflect.DeepEqual(js, jobs) || m != maxID {
+			g.t.Fatalf("nodes disagree: %d jobs (max id %d) against %d (max id %d)", len(js), m, len(jobs), maxID)
+		}
+	}
+	return jobs, maxID
+}
+
+func TestAcknowledgedChangesAreOnEveryNodeInOrder(t *testing.T) {
+	g := newGroup(t, 3)
+	leader, jl := g.leader()
+	const n = 300
+	a := newAcks(n + n/3 + n/3)
+	k := 0
+	for id := uint64(1); id <= n; id++ {
+		if err := jl.Put(job(id), a.ack(k)); err != nil {
+			t.Fatal(err)
+		}
+		k++
+	}
+	for id := uint64(3); id <= n; id += 3 {
+		if err := jl.Delete(id, a.ack(k)); err != nil {
+			t.Fatal(err)
+		}
+		k++
+		if err := jl.Bury(id-1, 7, id, record.Counters{Buries: 1}, a.ack(k)); err != nil {
+			t.Fatal(err)
+		}
+		k++
+	}
+	a.wait(t)
+	jobs, maxID := g.converged(leader)
+	if len(jobs) != n-n/3 || maxID != n {
+		t.Fatalf("%d jobs, max id %d; want %d and %d", len(jobs), maxID, n-n/3, n)
+	}
+	for _, j := range jobs {
+		if j.ID%3 == 0 {
+			t.Fatalf("job %d was deleted and is back", j.ID)
+		}
+		want := job(j.ID)
+		if j.ID%3 == 2 {
+			want.State, want.Pri, want.BuriedSeq, want.Buries = record.StateBuried, 7, j.ID+1, 1
+		}
+		if !reflect.DeepEqual(j, want) {
+			t.Fatalf("job %d is %+v, want %+v", j.ID, j, want)
+		}
+	}
+}
+
+func TestNewLeaderHasEveryAcknowledgedJob(t *testing.T) {
+	g := newGroup(t, 3)
+	old, jl := g.leader()
+	const n = 100
+	a := newAcks(n)
+	for id := uint64(1); id <= n; id++ {
+		if err := jl.Put(job(id), a.ack(int(id-1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.wait(t)
+	for i, nd := range g.nodes {
+		if nd == old {
+			nd.Close()
+			g.nodes[i] = nil
+		}
+	}
+	// The deposed leader's journal refuses changes: it can promise nothing.
+	if err := jl.Put(job(n+1), nil); err == nil {
+		// A put queued before the journal saw the loss must then fail in its ack.
+		done := make(chan error, 1)
+		_ = jl.Delete(n+1, record.AckFunc(func(err error) { done <- err }))
+		if err := <-done; err == nil {
+			t.Fatal("a change was acknowledged by a leader that was shut down")
+		}
+	}
+	nl, jl2 := g.leader()
+	jobs, maxID := nl.FSM.State()
+	if len(jobs) != n || maxID < n {
+		t.Fatalf("the new leader has %d jobs and max id %d, want %d and at least %d", len(jobs), maxID, n, n)
+	}
+	a2 := newAcks(1)
+	if err := jl2.Put(job(maxID+1), a2.ack(0)); err != nil {
+		t.Fatal(err)
+	}
+	a2.wait(t)
+	g.converged(nl)
+}
+
+// memSink is a raft.SnapshotSink in memory.
+type memSink struct {
+	bytes.Buffer
+	cancelled bool
+}
+
+func (s *memSink) ID() string    { return "mem" }
+func (s *memSink) Cancel() error { s.cancelled = true; return nil }
+func (s *memSink) Close() error  { return nil }
+
+func TestSnapshotRestoresTheSameState(t *testing.T) {
+	f := NewFSM()
+	var entry []byte
+	entry = append(entry, entryRecords)
+	for id := uint64(1); id <= 50; id++ {
+		entry = appendFramed(entry, record.AppendFull(nil, job(id)))
+	}
+	entry = appendFramed(entry, record.AppendDelete(nil, 10))
+	entry = appendFramed(entry, record.AppendRelease(nil, 11, 3, 5*time.Second, 99e9, record.Counters{Reserves: 1, Releases: 1}))
+	entry = appendFramed(entry, record.AppendDelete(nil, 77)) // an id above every live one
+	if resp := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: entry}); resp != nil {
+		t.Fatal(resp)
+	}
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	g := NewFSM()
+	if err := g.Restore(io.NopCloser(&sink)); err != nil {
+		t.Fatal(err)
+	}
+	wantJobs, wantMax := f.State()
+	gotJobs, gotMax := g.State()
+	if !reflect.DeepEqual(gotJobs, wantJobs) || gotMax != wantMax || wantMax != 77 || len(gotJobs) != 49 {
+		t.Fatalf("restored %d jobs, max id %d; had %d, max id %d", len(gotJobs), gotMax, len(wantJobs), wantMax)
+	}
+}
+
+func TestMalformedEntryIsRefusedOnEveryNodeAlike(t *testing.T) {
+	f := NewFSM()
+	entry := appendFramed([]byte{entryRecords}, record.AppendFull(nil, job(1)))
+	entry = append(entry, 9, 0, 0, 0, 1) // a frame that overruns the entry
+	if resp := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: entry}); resp == nil {
+		t.Fatal("a malformed entry was applied without an error")
+	}
+	if jobs, _ := f.State(); len(jobs) != 1 {
+		t.Fatalf("%d jobs: the records before the damage must stay applied", len(jobs))
+	}
+}

@@ -1,0 +1,178 @@
+package cluster
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/beanpole/beanpole/record"
+)
+
+// Entry types: the first byte of every raft entry.
+const (
+	entryRecords byte = 1 // framed records (batch.go)
+)
+
+// FSM is a node's replicated state: the live jobs and the highest id any
+// record named. Every node applies the same committed entries in the same
+// order; the leader's engine is loaded from it when the node takes the
+// lead.
+type FSM struct {
+	mu      sync.Mutex
+	live    *record.Live
+	tubes   map[string]string
+	applied uint64 // raft index of the last entry applied
+}
+
+// NewFSM is an empty state.
+func NewFSM() *FSM { return &FSM{live: record.NewLive(), tubes: map[string]string{}} }
+
+func (f *FSM) tube(b []byte) string {
+	if s, ok := f.tubes[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	f.tubes[s] = s
+	return s
+}
+
+// Apply folds one committed entry into the state. A malformed entry is
+// returned as the entry's response (the leader's journal then fails);
+// the records before the damage stay applied on every node alike.
+func (f *FSM) Apply(l *raft.Log) any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applied = l.Index
+	if l.Type != raft.LogCommand || len(l.Data) == 0 {
+		return nil
+	}
+	switch l.Data[0] {
+	case entryRecords:
+		return eachRecord(l.Data[1:], func(r *record.Record) error {
+			if r.Kind == record.KindFull {
+				// The entry's buffer is raft's; a job outlives it.
+				r.Body = append([]byte(nil), r.Body...)
+			}
+			f.live.Apply(r, f.tube)
+			return nil
+		})
+	}
+	return fmt.Errorf("cluster: entry %d has unknown type %d", l.Index, l.Data[0])
+}
+
+// State is what the leader's engine is loaded from: the live jobs in id
+// order (none reserved) and the highest id ever named.
+func (f *FSM) State() (jobs []*record.Job, maxID uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	src := f.live.Sorted()
+	jobs = make([]*record.Job, len(src))
+	for i, j := range src {
+		c := *j
+		jobs[i] = &c
+	}
+	return jobs, f.live.MaxID
+}
+
+// Applied is the raft index of the last entry applied.
+func (f *FSM) Applied() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.applied
+}
+
+// Snapshot captures the state for raft. It copies each job's fixed fields
+// but not its body: bodies never change once put, so the snapshot and the
+// state share them, and Persist streams them to the sink.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := &snapshot{maxID: f.live.MaxID, jobs: make([]record.Job, 0, len(f.live.Jobs))}
+	for _, j := range f.live.Jobs {
+		s.jobs = append(s.jobs, *j)
+	}
+	return s, nil
+}
+
+// The snapshot format: the magic, the highest id, the number of jobs, then
+// each job as a length-prefixed full record.
+const snapMagic = "beanpole-cluster-1\n"
+
+// maxSnapRecord bounds a snapshot record: the largest job (-z is at most
+// 1 GiB) with the longest tube name.
+const maxSnapRecord = 1<<30 + 1<<16
+
+type snapshot struct {
+	maxID uint64
+	jobs  []record.Job
+}
+
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	w := bufio.NewWriterSize(sink, 256<<10)
+	var hdr []byte
+	hdr = append(hdr, snapMagic...)
+	hdr = binary.LittleEndian.AppendUint64(hdr, s.maxID)
+	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(len(s.jobs)))
+	_, err := w.Write(hdr)
+	var buf []byte
+	for i := 0; i < len(s.jobs) && err == nil; i++ {
+		buf = binary.LittleEndian.AppendUint32(buf[:0], uint32(record.FullSize(&s.jobs[i])))
+		buf = record.AppendFull(buf, &s.jobs[i])
+		_, err = w.Write(buf)
+	}
+	if err == nil {
+		err = w.Flush()
+	}
+	if err != nil {
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *snapshot) Release() {}
+
+// Restore replaces the state with a snapshot's.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	r := bufio.NewReaderSize(rc, 256<<10)
+	hdr := make([]byte, len(snapMagic)+16)
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		return fmt.Errorf("cluster: snapshot header: %w", err)
+	}
+	if string(hdr[:len(snapMagic)]) != snapMagic {
+		return errors.New("cluster: not a beanpole snapshot")
+	}
+	live, tubes := record.NewLive(), map[string]string{}
+	live.MaxID = binary.LittleEndian.Uint64(hdr[len(snapMagic):])
+	n := binary.LittleEndian.Uint64(hdr[len(snapMagic)+8:])
+	nf := &FSM{live: live, tubes: tubes}
+	var lenb [4]byte
+	var rec record.Record
+	for i := uint64(0); i < n; i++ {
+		if _, err := io.ReadFull(r, lenb[:]); err != nil {
+			return fmt.Errorf("cluster: snapshot job %d of %d: %w", i+1, n, err)
+		}
+		size := binary.LittleEndian.Uint32(lenb[:])
+		if size > maxSnapRecord {
+			return fmt.Errorf("cluster: snapshot job %d of %d claims %d bytes", i+1, n, size)
+		}
+		p := make([]byte, size)
+		if _, err := io.ReadFull(r, p); err != nil {
+			return fmt.Errorf("cluster: snapshot job %d of %d: %w", i+1, n, err)
+		}
+		if err := record.Decode(p, &rec); err != nil || rec.Kind != record.KindFull {
+			return fmt.Errorf("cluster: snapshot job %d of %d is not a full record: %v", i+1, n, err)
+		}
+		live.Apply(&rec, nf.tube) // the body aliases p, which nothing else holds
+	}
+	f.mu.Lock()
+	f.live, f.tubes = live, tubes
+	f.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,212 @@
+package cluster
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/beanpole/beanpole/record"
+)
+
+// maxInFlight bounds the entries handed to raft and not yet committed:
+// raft pipelines them to the followers, and the batcher waits (so records
+// pile up into bigger entries) once this many are outstanding.
+const maxInFlight = 64
+
+// ErrNotLeader: this node does not lead the group (any more), so it can
+// promise nothing. The engine answers every change INTERNAL_ERROR from the
+// first one, as it does for a failed binlog.
+var ErrNotLeader = errors.New("cluster: this node is not the leader")
+
+// Journal is the engine's journal on the leader (engine.Journal).
+// Records are appended under the job's tube lock, as with the binlog, so
+// each job's records keep their order; the records that arrive while the
+// previous entry is being handed to raft form the next entry.
+type Journal struct {
+	r *raft.Raft
+
+	mu     sync.Mutex
+	entry  []byte // the entry being filled: entryRecords, then framed records
+	acks   []record.Ack
+	failed error
+	wake   chan struct{}
+
+	flight chan inflight
+	done   chan struct{}
+}
+
+type inflight struct {
+	f    raft.ApplyFuture
+	acks []record.Ack
+}
+
+func newJournal(r *raft.Raft) *Journal {
+	j := &Journal{r: r, wake: make(chan struct{}, 1), flight: make(chan inflight, maxInFlight), done: make(chan struct{})}
+	go j.batcher()
+	go j.completer()
+	return j
+}
+
+// begin opens a record of an entry under j.mu: the frame's length is
+// patched by end.
+func (j *Journal) begin() (int, error) {
+	j.mu.Lock()
+	if j.failed != nil {
+		j.mu.Unlock()
+		return 0, j.failed
+	}
+	if len(j.entry) == 0 {
+		j.entry = append(j.entry, entryRecords)
+	}
+	at := len(j.entry)
+	j.entry = append(j.entry, 0, 0, 0, 0)
+	return at, nil
+}
+
+// end closes the record opened at at, queues its ack and wakes the batcher.
+func (j *Journal) end(at int, ack record.Ack) error {
+	binary.LittleEndian.PutUint32(j.entry[at:], uint32(len(j.entry)-at-4))
+	j.acks = append(j.acks, ack)
+	j.mu.Unlock()
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Put queues the full record of a new job.
+func (j *Journal) Put(job *record.Job, ack record.Ack) error {
+	at, err := j.begin()
+	if err != nil {
+		return err
+	}
+	j.entry = record.AppendFull(j.entry, job)
+	return j.end(at, ack)
+}
+
+// Delete queues a delete record.
+func (j *Journal) Delete(id uint64, ack record.Ack) error {
+	at, err := j.begin()
+	if err != nil {
+		return err
+	}
+	j.entry = record.AppendDelete(j.entry, id)
+	return j.end(at, ack)
+}
+
+// Release queues a release record.
+func (j *Journal) Release(id uint64, pri uint32, delay time.Duration, deadline int64, c record.Counters, ack record.Ack) error {
+	at, err := j.begin()
+	if err != nil {
+		return err
+	}
+	j.entry = record.AppendRelease(j.entry, id, pri, delay, deadline, c)
+	return j.end(at, ack)
+}
+
+// Bury queues a bury record.
+func (j *Journal) Bury(id uint64, pri uint32, buriedSeq uint64, c record.Counters, ack record.Ack) error {
+	at, err := j.begin()
+	if err != nil {
+		return err
+	}
+	j.entry = record.AppendBury(j.entry, id, pri, buriedSeq, c)
+	return j.end(at, ack)
+}
+
+// Kick queues a kick record.
+func (j *Journal) Kick(id uint64, c record.Counters, ack record.Ack) error {
+	at, err := j.begin()
+	if err != nil {
+		return err
+	}
+	j.entry = record.AppendKick(j.entry, id, c)
+	return j.end(at, ack)
+}
+
+// Rewrite is the binlog's compaction hook; raft compacts by snapshots, so
+// there is nothing to rewrite.
+func (j *Journal) Rewrite(*record.Job) error { return nil }
+
+// FileOf is the binlog file of a job (stats-job's `file`): 0, there is none.
+func (j *Journal) FileOf(uint64) uint64 { return 0 }
+
+// batcher hands each filled entry to raft. raft.Apply does not wait for
+// the commit, so entries follow each other to the followers while earlier
+// ones are still being written and fsynced.
+func (j *Journal) batcher() {
+	defer close(j.flight)
+	for {
+		select {
+		case <-j.wake:
+		case <-j.done:
+			j.mu.Lock()
+			acks := j.acks
+			j.entry, j.acks = nil, nil
+			err := j.failed
+			j.mu.Unlock()
+			for _, a := range acks {
+				if a != nil {
+					a.Durable(err)
+				}
+			}
+			return
+		}
+		j.mu.Lock()
+		entry, acks := j.entry, j.acks
+		j.entry, j.acks = make([]byte, 0, len(entry)), make([]record.Ack, 0, len(acks))
+		j.mu.Unlock()
+		if len(acks) == 0 {
+			continue
+		}
+		j.flight <- inflight{f: j.r.Apply(entry, 0), acks: acks}
+	}
+}
+
+// completer waits for the entries in the order they were handed to raft
+// and runs their acks in that order.
+func (j *Journal) completer() {
+	for p := range j.flight {
+		err := p.f.Error()
+		if err == nil {
+			if e, ok := p.f.Response().(error); ok {
+				err = e
+			}
+		}
+		if err != nil {
+			err = j.fail(err)
+		}
+		for _, a := range p.acks {
+			if a != nil {
+				a.Durable(err)
+			}
+		}
+	}
+}
+
+// fail refuses every later change: an entry that did not commit here may
+// still commit under a new leader, or not, so nothing after it can be
+// promised either.
+func (j *Journal) fail(err error) error {
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrRaftShutdown) {
+		err = fmt.Errorf("%w: %v", ErrNotLeader, err)
+	}
+	j.mu.Lock()
+	if j.failed == nil {
+		j.failed = err
+	}
+	j.mu.Unlock()
+	return err
+}
+
+// Close stops handing entries to raft; the records queued and in flight
+// are acknowledged as raft ends them.
+func (j *Journal) Close() {
+	j.fail(ErrNotLeader)
+	close(j.done)
+}

@@ -1,0 +1,190 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+)
+
+// Member is one node of the group as --bootstrap names it.
+type Member struct {
+	ID   string
+	Raft string // HOST:PORT of its raft transport
+}
+
+// ParseMembers reads --bootstrap's ID=HOST:PORT,... list.
+func ParseMembers(s string) ([]Member, error) {
+	var out []Member
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("%q is not ID=HOST:PORT", part)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("%q: %v", part, err)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("node id %q is given twice", id)
+		}
+		seen[id] = true
+		out = append(out, Member{ID: id, Raft: addr})
+	}
+	return out, nil
+}
+
+// Config is what a node needs to start.
+type Config struct {
+	ID  string // --node-id
+	Dir string // --cluster-dir: raft's log, snapshots and node state
+	// Raft is the transport's bind and advertised address (--raft).
+	Raft string
+	// Bootstrap are the initial members, used only when Dir holds no state.
+	Bootstrap []Member
+	// Transport replaces the TCP transport (tests use raft's in-memory one).
+	Transport raft.Transport
+	// Timing: the heartbeat and election timeouts (a follower starts an
+	// election after missing heartbeats this long). Zero: 500 ms each.
+	HeartbeatTimeout, ElectionTimeout time.Duration
+	// LogOutput receives raft's own log lines (warnings and up).
+	LogOutput io.Writer
+}
+
+// Node is one member of the group.
+type Node struct {
+	Raft    *raft.Raft
+	FSM     *FSM
+	cfg     Config
+	wal     *wal.WAL
+	trans   raft.Transport
+	leading chan bool
+}
+
+// Open starts a node: its stores under cfg.Dir, its transport, and raft.
+// A node whose directory holds no state and that is given Bootstrap
+// bootstraps the group with those members (every initial member is given
+// the same list; raft makes that safe).
+func Open(cfg Config) (*Node, error) {
+	if cfg.ID == "" {
+		return nil, errors.New("cluster: a node needs an id (--node-id)")
+	}
+	if cfg.HeartbeatTimeout == 0 {
+		cfg.HeartbeatTimeout = 500 * time.Millisecond
+	}
+	if cfg.ElectionTimeout == 0 {
+		cfg.ElectionTimeout = 500 * time.Millisecond
+	}
+	if cfg.LogOutput == nil {
+		cfg.LogOutput = os.Stderr
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, "wal"), 0o700); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: cfg.LogOutput})
+	w, err := wal.Open(filepath.Join(cfg.Dir, "wal"))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: opening the raft log: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, logger)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	trans := cfg.Transport
+	if trans == nil {
+		adv, err := net.ResolveTCPAddr("tcp", cfg.Raft)
+		if err != nil {
+			w.Close()
+			return nil, fmt.Errorf("cluster: --raft %s: %w", cfg.Raft, err)
+		}
+		trans, err = raft.NewTCPTransportWithLogger(cfg.Raft, adv, 3, 10*time.Second, logger)
+		if err != nil {
+			w.Close()
+			return nil, fmt.Errorf("cluster: --raft %s: %w", cfg.Raft, err)
+		}
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = logger
+	rc.HeartbeatTimeout, rc.ElectionTimeout = cfg.HeartbeatTimeout, cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
+	rc.SnapshotThreshold = 8192
+	leading := make(chan bool, 16)
+	rc.NotifyCh = leading
+
+	fsm := NewFSM()
+	has, err := raft.HasExistingState(w, w, snaps)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if !has && len(cfg.Bootstrap) > 0 {
+		var conf raft.Configuration
+		for _, m := range cfg.Bootstrap {
+			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.Raft)})
+		}
+		if err := raft.BootstrapCluster(rc, w, w, snaps, trans, conf); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
+		}
+	}
+	r, err := raft.NewRaft(rc, fsm, w, w, snaps, trans)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	return &Node{Raft: r, FSM: fsm, cfg: cfg, wal: w, trans: trans, leading: leading}, nil
+}
+
+// AwaitLeadership waits until this node leads and has applied every entry
+// committed before its term (a barrier), and returns the journal to give
+// the engine and the state to load it from.
+func (n *Node) AwaitLeadership(ctx context.Context) (*Journal, error) {
+	for n.Raft.State() != raft.Leader {
+		select {
+		case <-n.leading:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if err := n.Raft.Barrier(0).Error(); err != nil {
+		return nil, fmt.Errorf("cluster: catching up before leading: %w", err)
+	}
+	return newJournal(n.Raft), nil
+}
+
+// LostLeadership is closed once this node, having led, no longer does.
+func (n *Node) LostLeadership() <-chan struct{} {
+	lost := make(chan struct{})
+	go func() {
+		for n.Raft.State() == raft.Leader {
+			if leads, ok := <-n.leading; ok && !leads {
+				break
+			}
+		}
+		close(lost)
+	}()
+	return lost
+}
+
+// Close leaves raft running no more and closes the stores.
+func (n *Node) Close() error {
+	err := n.Raft.Shutdown().Error()
+	if c, ok := n.trans.(io.Closer); ok {
+		_ = c.Close()
+	}
+	if cerr := n.wal.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
