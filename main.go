@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/beanpole/beanpole/admin"
+	"github.com/beanpole/beanpole/cluster"
 	"github.com/beanpole/beanpole/codec"
 	"github.com/beanpole/beanpole/config"
 	"github.com/beanpole/beanpole/engine"
@@ -117,6 +118,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if code != 0 {
 		return code
 	}
+	var node *cluster.Node
+	if cfg.ClusterDir != "" {
+		if node, code = startCluster(&cfg, eng, lns, log, stderr); node == nil {
+			return code
+		}
+	}
+	var deposed <-chan struct{}
+	if node != nil {
+		deposed = node.LostLeadership()
+	}
 	if blog != nil {
 		defer blog.Close()
 	}
@@ -189,6 +200,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			srv.Stop(ctx)
 			cancel()
+			leaveCluster(node, log)
 			if blog != nil {
 				// Write and fsync what is queued before exiting.
 				if err := blog.Close(); err != nil {
@@ -197,6 +209,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 				}
 			}
 			return 0
+		case <-deposed:
+			log.Error().Msg("cluster: this node lost the lead; exiting so that a restart rejoins as a follower")
+			adm.SetState(admin.Stopping)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			srv.Stop(ctx)
+			cancel()
+			_ = node.Close()
+			return exitDeposed
 		case err := <-served:
 			if err != nil {
 				log.Error().Err(err).Msg("listener failed")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -16,6 +17,7 @@ import (
 // Entry types: the first byte of every raft entry.
 const (
 	entryRecords byte = 1 // framed records (batch.go)
+	entryLeader  byte = 2 // a new leader's id and client address
 )
 
 // FSM is a node's replicated state: the live jobs and the highest id any
@@ -27,6 +29,9 @@ type FSM struct {
 	live    *record.Live
 	tubes   map[string]string
 	applied uint64 // raft index of the last entry applied
+	// leader is the latest leader's announcement: its node id and the
+	// address its clients connect to (followers forward there).
+	leaderID, leaderClient string
 }
 
 // NewFSM is an empty state.
@@ -61,6 +66,10 @@ func (f *FSM) Apply(l *raft.Log) any {
 			f.live.Apply(r, f.tube)
 			return nil
 		})
+	case entryLeader:
+		id, addr, _ := strings.Cut(string(l.Data[1:]), "\x00")
+		f.leaderID, f.leaderClient = id, addr
+		return nil
 	}
 	return fmt.Errorf("cluster: entry %d has unknown type %d", l.Index, l.Data[0])
 }
@@ -79,6 +88,14 @@ func (f *FSM) State() (jobs []*record.Job, maxID uint64) {
 	return jobs, f.live.MaxID
 }
 
+// Leader is the latest leader's announcement: its node id and client
+// address.
+func (f *FSM) Leader() (id, client string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.leaderID, f.leaderClient
+}
+
 // Applied is the raft index of the last entry applied.
 func (f *FSM) Applied() uint64 {
 	f.mu.Lock()
@@ -92,7 +109,7 @@ func (f *FSM) Applied() uint64 {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := &snapshot{maxID: f.live.MaxID, jobs: make([]record.Job, 0, len(f.live.Jobs))}
+	s := &snapshot{maxID: f.live.MaxID, jobs: make([]record.Job, 0, len(f.live.Jobs)), leader: f.leaderID + "\x00" + f.leaderClient}
 	for _, j := range f.live.Jobs {
 		s.jobs = append(s.jobs, *j)
 	}
@@ -100,7 +117,8 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 }
 
 // The snapshot format: the magic, the highest id, the number of jobs, then
-// each job as a length-prefixed full record.
+// each job as a length-prefixed full record, then the latest leader's
+// announcement, length-prefixed.
 const snapMagic = "beanpole-cluster-1\n"
 
 // maxSnapRecord bounds a snapshot record: the largest job (-z is at most
@@ -108,8 +126,9 @@ const snapMagic = "beanpole-cluster-1\n"
 const maxSnapRecord = 1<<30 + 1<<16
 
 type snapshot struct {
-	maxID uint64
-	jobs  []record.Job
+	maxID  uint64
+	jobs   []record.Job
+	leader string
 }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
@@ -124,6 +143,10 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 		buf = binary.LittleEndian.AppendUint32(buf[:0], uint32(record.FullSize(&s.jobs[i])))
 		buf = record.AppendFull(buf, &s.jobs[i])
 		_, err = w.Write(buf)
+	}
+	if err == nil {
+		buf = binary.LittleEndian.AppendUint32(buf[:0], uint32(len(s.leader)))
+		_, err = w.Write(append(buf, s.leader...))
 	}
 	if err == nil {
 		err = w.Flush()
@@ -171,8 +194,17 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		}
 		live.Apply(&rec, nf.tube) // the body aliases p, which nothing else holds
 	}
+	if _, err := io.ReadFull(r, lenb[:]); err != nil {
+		return fmt.Errorf("cluster: snapshot leader: %w", err)
+	}
+	lb := make([]byte, min(binary.LittleEndian.Uint32(lenb[:]), 1<<16))
+	if _, err := io.ReadFull(r, lb); err != nil {
+		return fmt.Errorf("cluster: snapshot leader: %w", err)
+	}
+	id, addr, _ := strings.Cut(string(lb), "\x00")
 	f.mu.Lock()
 	f.live, f.tubes = live, tubes
+	f.leaderID, f.leaderClient = id, addr
 	f.mu.Unlock()
 	return nil
 }

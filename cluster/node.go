@@ -163,6 +163,23 @@ func (n *Node) AwaitLeadership(ctx context.Context) (*Journal, error) {
 	return newJournal(n.Raft), nil
 }
 
+// Announce tells every node where this leader's clients connect: a
+// follower forwards its clients' connections there.
+func (n *Node) Announce(client string) error {
+	return n.Raft.Apply(append([]byte{entryLeader}, n.cfg.ID+"\x00"+client...), 10*time.Second).Error()
+}
+
+// LeaderClient is the client address of the node that leads now, or ""
+// while there is none or it has not announced itself yet.
+func (n *Node) LeaderClient() string {
+	_, leader := n.Raft.LeaderWithID()
+	id, client := n.FSM.Leader()
+	if leader == "" || string(leader) != id {
+		return ""
+	}
+	return client
+}
+
 // LostLeadership is closed once this node, having led, no longer does.
 func (n *Node) LostLeadership() <-chan struct{} {
 	lost := make(chan struct{})

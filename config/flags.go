@@ -62,6 +62,10 @@ type Config struct {
 	MetricsMaxTubes int
 	// LogJSON is --log-json: log JSON lines instead of the console format.
 	LogJSON bool
+	// Cluster mode: --cluster-dir (raft's log, snapshots and node state;
+	// replaces -b), --node-id, --raft (the raft transport's HOST:PORT) and
+	// --bootstrap (the initial members, ID=HOST:PORT,...).
+	ClusterDir, NodeID, RaftAddr, Bootstrap string
 
 	// Whether -l / -p appeared at all. Upstream warns that they are
 	// ignored when systemd hands over a socket, even when the value given
@@ -226,6 +230,16 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 			}
 		}
 	}
+	if cfg.ClusterDir != "" {
+		switch {
+		case cfg.BinlogDir != "":
+			return fail("--cluster-dir replaces -b: give one of them")
+		case cfg.NodeID == "" || cfg.RaftAddr == "":
+			return fail("--cluster-dir needs --node-id and --raft")
+		}
+	} else if cfg.NodeID != "" || cfg.RaftAddr != "" || cfg.Bootstrap != "" {
+		return fail("--node-id, --raft and --bootstrap go with --cluster-dir")
+	}
 	return cfg, 0, false
 }
 
@@ -260,6 +274,16 @@ var longOpts = []longOpt{
 		return nil
 	}},
 	{name: "--log-json", flag: func(cfg *Config) { cfg.LogJSON = true }},
+	{name: "--cluster-dir", set: nonEmpty(func(cfg *Config, v string) { cfg.ClusterDir = v })},
+	{name: "--node-id", set: nonEmpty(func(cfg *Config, v string) { cfg.NodeID = v })},
+	{name: "--raft", set: func(cfg *Config, v string) error {
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			return err
+		}
+		cfg.RaftAddr = v
+		return nil
+	}},
+	{name: "--bootstrap", set: nonEmpty(func(cfg *Config, v string) { cfg.Bootstrap = v })},
 	{name: "--metrics-max-tubes", set: func(cfg *Config, v string) error {
 		n, err := strconv.ParseUint(v, 10, 31)
 		if err != nil {
@@ -268,6 +292,17 @@ var longOpts = []longOpt{
 		cfg.MetricsMaxTubes = int(n)
 		return nil
 	}},
+}
+
+// nonEmpty is a long option whose value may be anything but empty.
+func nonEmpty(set func(cfg *Config, v string)) func(cfg *Config, v string) error {
+	return func(cfg *Config, v string) error {
+		if v == "" {
+			return errors.New("want a value")
+		}
+		set(cfg, v)
+		return nil
+	}
 }
 
 // longOption finds arg's long option, and its value if given as

@@ -51,6 +51,17 @@ Long options:
             /metrics (default is 1000)
  --log-json
             log one JSON object a line instead of the console format
+
+Cluster (replaces -b; see docs/cluster.md):
+ --cluster-dir DIR
+            keep the raft log, snapshots and node state in DIR
+ --node-id ID
+            this node's id in the group
+ --raft HOST:PORT
+            the address raft listens on and other nodes reach it at
+ --bootstrap ID=HOST:PORT,...
+            the initial members, given alike to each on its first start
+            (ignored once DIR holds state)
 `
 
 // with returns the defaults changed by f, for compact table entries.

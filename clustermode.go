@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/beanpole/beanpole/cluster"
+	"github.com/beanpole/beanpole/config"
+	"github.com/beanpole/beanpole/engine"
+)
+
+// exitDeposed is the exit status of a leader that lost the lead: its
+// engine holds reservations and jobs that the new leader may already have
+// handed out, so it stops, closing every client connection (as a
+// beanstalkd death does), and a restart (systemd's Restart=on-failure)
+// brings it back as a follower.
+const exitDeposed = 75
+
+// startCluster opens this node of the group (--cluster-dir), forwards its
+// clients to the leader until it leads itself, then loads the engine from
+// the replicated state and makes the engine log through raft. It returns a
+// non-zero exit code on failure or when stopped while following.
+func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, log zerolog.Logger, stderr io.Writer) (*cluster.Node, int) {
+	var members []cluster.Member
+	if cfg.Bootstrap != "" {
+		var err error
+		if members, err = cluster.ParseMembers(cfg.Bootstrap); err != nil {
+			fmt.Fprintf(stderr, "beanpole: --bootstrap: %v\n", err)
+			return nil, config.ExitUsage
+		}
+	}
+	node, err := cluster.Open(cluster.Config{ID: cfg.NodeID, Dir: cfg.ClusterDir, Raft: cfg.RaftAddr,
+		Bootstrap: members, LogOutput: stderr})
+	if err != nil {
+		fmt.Fprintf(stderr, "beanpole: %v\n", err)
+		return nil, 1
+	}
+	self := clientAddr(lns, cfg.RaftAddr)
+	fw := node.Forward(lns, self)
+	log.Info().Str("node", cfg.NodeID).Str("raft", cfg.RaftAddr).Msg("cluster: following; clients are forwarded to the leader")
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	jl, err := node.AwaitLeadership(ctx)
+	fw.Stop()
+	if err != nil {
+		node.Close()
+		if ctx.Err() != nil {
+			return nil, 0 // stopped while following
+		}
+		fmt.Fprintf(stderr, "beanpole: %v\n", err)
+		return nil, 1
+	}
+	if err := node.Announce(self); err != nil {
+		node.Close()
+		fmt.Fprintf(stderr, "beanpole: cluster: announcing the leader: %v\n", err)
+		return nil, exitDeposed
+	}
+	jobs, maxID := node.FSM.State()
+	eng.Restore(jobs, maxID)
+	eng.SetJournal(jl)
+	log.Info().Str("node", cfg.NodeID).Int("jobs", len(jobs)).Uint64("max-id", maxID).Msg("cluster: leading")
+	return node, 0
+}
+
+// clientAddr is the address other nodes forward this node's clients to:
+// the first listener's, with an unspecified host replaced by --raft's.
+func clientAddr(lns []net.Listener, raftAddr string) string {
+	addr := lns[0].Addr().String()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		if rh, _, err := net.SplitHostPort(raftAddr); err == nil {
+			host = rh
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// leaveCluster hands the lead to another node if this one leads (so the
+// group does not wait for an election timeout), then stops raft.
+func leaveCluster(node *cluster.Node, log zerolog.Logger) {
+	if node == nil {
+		return
+	}
+	if f := node.Raft.LeadershipTransfer(); f != nil {
+		done := make(chan error, 1)
+		go func() { done <- f.Error() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				log.Debug().Err(err).Msg("cluster: no leadership transfer")
+			}
+		case <-time.After(5 * time.Second):
+		}
+	}
+	if err := node.Close(); err != nil {
+		log.Error().Err(err).Msg("cluster: closing")
+		os.Exit(1)
+	}
+}
