@@ -153,6 +153,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		st.BinlogRecordsWritten, st.BinlogRecordsMigrated = ls.RecordsWritten, ls.RecordsMigrated
 		st.BinlogFailed = ls.Failed != nil
 	}
+	if node != nil {
+		srv.Fence = node.Leads
+	}
 	if err := srv.Start(); err != nil {
 		fmt.Fprintf(stderr, "beanpole: %v\n", err)
 		return 1

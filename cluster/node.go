@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -68,6 +69,8 @@ type Node struct {
 	wal     *wal.WAL
 	trans   raft.Transport
 	leading chan bool
+	// confirmed is when the last round that confirmed the lead started.
+	confirmed atomic.Pointer[time.Time]
 }
 
 // Open starts a node: its stores under cfg.Dir, its transport, and raft.
@@ -160,7 +163,38 @@ func (n *Node) AwaitLeadership(ctx context.Context) (*Journal, error) {
 	if err := n.Raft.Barrier(0).Error(); err != nil {
 		return nil, fmt.Errorf("cluster: catching up before leading: %w", err)
 	}
+	start := time.Now()
+	if err := n.Raft.VerifyLeader().Error(); err != nil {
+		return nil, fmt.Errorf("cluster: confirming the lead: %w", err)
+	}
+	n.confirmed.Store(&start)
+	go n.confirmLead()
 	return newJournal(n.Raft), nil
+}
+
+// confirmLead asks a majority, over and over, whether this node still
+// leads (raft's VerifyLeader: one heartbeat round), and records when the
+// last confirmed round started. It stops once a round fails.
+func (n *Node) confirmLead() {
+	for {
+		start := time.Now()
+		if n.Raft.VerifyLeader().Error() != nil {
+			return
+		}
+		n.confirmed.Store(&start)
+		time.Sleep(n.cfg.HeartbeatTimeout / 10)
+	}
+}
+
+// Leads reports whether a majority confirmed this node's lead in a round
+// that started less than a lease ago. The lease is shorter than the
+// heartbeat timeout after which a follower may start an election (and
+// raft waits at least that long), so while it holds no other node can
+// lead; a process stopped (SIGSTOP) or starved past it answers false when
+// it resumes, before raft itself has noticed.
+func (n *Node) Leads() bool {
+	t := n.confirmed.Load()
+	return t != nil && time.Since(*t) < n.cfg.HeartbeatTimeout*3/4
 }
 
 // Announce tells every node where this leader's clients connect: a

@@ -88,6 +88,12 @@ type Server struct {
 
 	// Binlog, when set, fills the binlog-* fields of `stats`.
 	Binlog BinlogStats
+	// Fence, when set (a cluster's leader), is asked before each pass
+	// over a connection whether this server may still answer: a leader
+	// whose lead a majority has not confirmed lately may already have
+	// been replaced, and another leader may have handed out the same
+	// jobs. A pass it refuses closes the connection unanswered.
+	Fence func() bool
 }
 
 // loopState is owned by one event loop goroutine.

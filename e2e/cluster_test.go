@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A cluster of beanpole processes on 127.0.0.1: each node's client port is
+// the harness's, its raft port one more free port, its state a temporary
+// directory. Nodes find the leader through the log (-V prints "cluster:
+// leading node=ID").
+
+type clusterNode struct {
+	id, raft, dir string
+	srv           *server
+}
+
+type testCluster struct {
+	t         *testing.T
+	nodes     []*clusterNode
+	bootstrap string
+}
+
+func startTestCluster(t *testing.T, n int) *testCluster {
+	t.Helper()
+	skipLegacy(t, "cluster mode is beanpole's own")
+	tc := &testCluster{t: t}
+	var members []string
+	for i := range n {
+		port, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nd := &clusterNode{id: fmt.Sprintf("n%d", i+1), raft: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: t.TempDir()}
+		tc.nodes = append(tc.nodes, nd)
+		members = append(members, nd.id+"="+nd.raft)
+	}
+	tc.bootstrap = strings.Join(members, ",")
+	for _, nd := range tc.nodes {
+		tc.start(nd)
+	}
+	return tc
+}
+
+// start (re)starts a node with its directory and raft address.
+func (tc *testCluster) start(nd *clusterNode) {
+	tc.t.Helper()
+	nd.srv = startTestServer(tc.t, "tcp", "", []string{"-V", "--cluster-dir", nd.dir, "--node-id", nd.id,
+		"--raft", nd.raft, "--bootstrap", tc.bootstrap})
+}
+
+// leader waits until one of the running nodes (other than those excluded)
+// says it leads and returns it.
+func (tc *testCluster) leader(excluded ...*clusterNode) *clusterNode {
+	tc.t.Helper()
+	var found *clusterNode
+	waitFor(tc.t, 60*time.Second, "a leader", func() bool {
+		for _, nd := range tc.nodes {
+			if nd.srv == nil || containsNode(excluded, nd) || exited(nd.srv) {
+				continue
+			}
+			if strings.Contains(nd.srv.out.String(), "cluster: leading") {
+				found = nd
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+func containsNode(s []*clusterNode, n *clusterNode) bool {
+	for _, x := range s {
+		if x == n {
+			return true
+		}
+	}
+	return false
+}
+
+func exited(s *server) bool {
+	select {
+	case <-s.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// try sends one command on a fresh connection and returns what came back
+// before the server closed or d passed ("" on a refused connection).
+func try(addr, cmd string, d time.Duration) string {
+	nc, err := net.DialTimeout("tcp", addr, d)
+	if err != nil {
+		return ""
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(d))
+	if _, err := nc.Write([]byte(cmd)); err != nil {
+		return ""
+	}
+	nc.(*net.TCPConn).CloseWrite()
+	var out []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := nc.Read(buf)
+		out = append(out, buf[:n]...)
+		if err != nil {
+			return string(out)
+		}
+	}
+}
+
+// putUntilInserted puts through addr on fresh connections until one is
+// acknowledged, and returns its id and how long that took.
+func putUntilInserted(t *testing.T, addr, body string, within time.Duration) (uint64, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	cmd := fmt.Sprintf("put 0 0 60 %d\r\n%s\r\n", len(body), body)
+	for time.Since(start) < within {
+		if id, ok := strings.CutPrefix(try(addr, cmd, 5*time.Second), "INSERTED "); ok {
+			n, err := strconv.ParseUint(strings.TrimSuffix(id, "\r\n"), 10, 64)
+			if err != nil {
+				t.Fatalf("INSERTED %q", id)
+			}
+			return n, time.Since(start)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no put through %s was acknowledged within %v", addr, within)
+	return 0, 0
+}
+
+func TestClusterEveryAcknowledgedJobSurvivesTheLeadersDeath(t *testing.T) {
+	tc := startTestCluster(t, 3)
+	lead := tc.leader()
+	var follower *clusterNode
+	for _, nd := range tc.nodes {
+		if nd != lead {
+			follower = nd
+			break
+		}
+	}
+	// A client of a follower is served by the leader, byte for byte.
+	c := follower.srv.dial(t)
+	ids := map[uint64]string{}
+	var last uint64
+	for i := range 40 {
+		body := fmt.Sprintf("job %d", i)
+		mustSend(t, c, fmt.Sprintf("put %d 0 60 %d\r\n%s\r\n", i, len(body), body))
+		line := readLine(t, c)
+		id, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSuffix(line, "\r\n"), "INSERTED "), 10, 64)
+		if err != nil || id <= last {
+			t.Fatalf("put %d: %q after id %d", i, line, last)
+		}
+		ids[id], last = body, id
+	}
+	var deleted []uint64
+	for id := range ids {
+		if len(deleted) == 10 {
+			break
+		}
+		mustSend(t, c, fmt.Sprintf("delete %d\r\n", id))
+		expect(t, c, "DELETED\r\n")
+		deleted = append(deleted, id)
+	}
+	for _, id := range deleted {
+		delete(ids, id)
+	}
+
+	// kill -9 of the leader: the follower's client is closed, as by the
+	// leader's death, and a new put through any survivor is acknowledged.
+	lead.srv.stop()
+	expectClosed(t, c)
+	id, took := putUntilInserted(t, follower.srv.addr, "after", 30*time.Second)
+	t.Logf("first put acknowledged %v after kill -9 of the leader", took)
+	if id <= last {
+		t.Fatalf("the first id after the failover is %d, not above %d", id, last)
+	}
+	ids[id] = "after"
+
+	// Every acknowledged job is on the new leader with its body; every
+	// acknowledged delete stays done. Checked through each survivor.
+	for _, nd := range tc.nodes {
+		if nd == lead {
+			continue
+		}
+		c := nd.srv.dial(t)
+		for id, body := range ids {
+			mustSend(t, c, fmt.Sprintf("peek %d\r\n", id))
+			expect(t, c, fmt.Sprintf("FOUND %d %d\r\n%s\r\n", id, len(body), body))
+		}
+		for _, id := range deleted {
+			mustSend(t, c, fmt.Sprintf("peek %d\r\n", id))
+			expect(t, c, "NOT_FOUND\r\n")
+		}
+	}
+
+	// The dead node restarts, catches up and forwards to the leader.
+	tc.start(lead)
+	want := fmt.Sprintf("current-jobs-ready: %d\n", len(ids))
+	waitFor(t, 30*time.Second, "the restarted node to serve "+want, func() bool {
+		return strings.Contains(try(lead.srv.addr, "stats\r\n", 5*time.Second), want)
+	})
+}
+
+func TestClusterDeposedLeaderClosesItsClientsAndExits(t *testing.T) {
+	tc := startTestCluster(t, 3)
+	lead := tc.leader()
+	c := lead.srv.dial(t)
+	put(t, c, 0, 0, 60, "x", 1)
+	mustSend(t, c, "reserve\r\n")
+	expect(t, c, "RESERVED 1 1\r\nx\r\n")
+
+	// Stopped, the leader misses its heartbeats and another node takes the
+	// lead; the reservation does not survive that (beanstalkd's rule for a
+	// worker whose connection drops).
+	lead.srv.signal(t, syscall.SIGSTOP)
+	var others []*clusterNode
+	for _, nd := range tc.nodes {
+		if nd != lead {
+			others = append(others, nd)
+		}
+	}
+	putUntilInserted(t, others[0].srv.addr, "y", 30*time.Second)
+	out := try(others[1].srv.addr, "reserve-with-timeout 0\r\nreserve-with-timeout 0\r\n", 10*time.Second)
+	got := strings.Split(strings.TrimSuffix(out, "\r\n"), "\r\n")
+	sort.Strings(got)
+	if strings.Join(got, "|") != "RESERVED 1 1|RESERVED 2 1|x|y" {
+		t.Fatalf("the new leader handed out %q, want jobs 1 and 2", out)
+	}
+
+	// Resumed, the old leader learns it lost the lead: it closes its
+	// clients and exits with status 75 for a supervisor to restart it.
+	lead.srv.signal(t, syscall.SIGCONT)
+	expectClosed(t, c)
+	select {
+	case <-lead.srv.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the deposed leader did not exit within 30 s")
+	}
+	var ee *exec.ExitError
+	if !errors.As(lead.srv.waitErr, &ee) || ee.ExitCode() != 75 {
+		t.Fatalf("the deposed leader exited with %v, want status 75", lead.srv.waitErr)
+	}
+}
