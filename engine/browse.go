@@ -26,8 +26,8 @@ type JobView struct {
 // MaxBrowse bounds how deep a listing may go (skip + limit): walking a heap
 // in order costs O(k log k) under the tube's lock, and each step is a
 // cache miss in a big heap, so k stays small. In a tube of a million
-// ready jobs, 1,000 deep takes about 0.2 to 0.9 ms; 100,000 deep took
-// 130 to 170 ms, long enough for a few browsers to starve the tube's
+// ready jobs, 1,000 deep takes about 0.2 to 0.9 ms; 100,000 deep would
+// take 130 to 170 ms, long enough for a few browsers to starve the tube's
 // producers and workers.
 const MaxBrowse = 1_000
 
