@@ -97,7 +97,19 @@ type dashboard struct {
 	// bodies: the pages show job bodies to everyone (--http-public-bodies).
 	bodies bool
 	fails  *failures
+	oldest *oldestCache
 	log    zerolog.Logger
+}
+
+func newDashboard(s *Server, opts Options) *dashboard {
+	d := &dashboard{s: s, bodies: opts.PublicBodies, fails: newFailures(opts.Log), log: opts.Log}
+	if len(opts.Token) > 0 {
+		d.token = opts.Token
+	}
+	d.oldest = newOldestCache(func(tube []byte) (time.Duration, bool) {
+		return s.src.Load().eng.OldestReady(tube)
+	})
+	return d
 }
 
 func (d *dashboard) routes(mux *http.ServeMux) {
@@ -203,9 +215,10 @@ func (d *dashboard) snapshot(src *sources, tubes int) overviewData {
 	if len(rows) > tubes {
 		rows = rows[:tubes]
 	}
+	now := time.Now()
 	for i := range rows {
 		if rows[i].Ready > 0 {
-			age, _ := src.eng.OldestReady([]byte(rows[i].Name))
+			age, _ := d.oldest.get(rows[i].Name, now)
 			rows[i].OldestReady = age.Seconds()
 		}
 	}
@@ -283,7 +296,7 @@ func (d *dashboard) tube(w http.ResponseWriter, r *http.Request, src *sources) {
 		}
 		p.Page = n
 	}
-	if age, ok := src.eng.OldestReady([]byte(name)); ok {
+	if age, ok := d.oldest.get(name, time.Now()); ok {
 		p.Tube.OldestReady = age.Seconds()
 	}
 	peekHead, listHead := 0, 0

@@ -96,11 +96,7 @@ func Listen(opts Options) (*Server, error) {
 		}
 		metrics.ServeHTTP(w, r)
 	})
-	d := &dashboard{s: s, bodies: opts.PublicBodies, fails: newFailures(opts.Log), log: opts.Log}
-	if len(opts.Token) > 0 {
-		d.token = opts.Token
-	}
-	d.routes(mux)
+	newDashboard(s, opts).routes(mux)
 	if opts.Pprof {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
