@@ -24,16 +24,20 @@ import (
 )
 
 // The dashboard: an overview at / that refreshes itself from
-// /api/overview, a page per tube at /tubes/{tube}, and the actions, each
-// a POST:
+// /api/overview, a page per tube at /tube?name=TUBE, a job's body at
+// /api/jobs/{id}, and the actions, each a POST:
 //
-//	/tubes/{tube}/kick    n        kick n buried (else delayed) jobs
-//	/tubes/{tube}/pause   seconds  pause the tube (0: unpause)
-//	/tubes/{tube}/flush   state    delete every ready, delayed or buried
-//	                               job, or all three ("all"), in one step
-//	/jobs/{id}/kick                make a buried or delayed job ready
-//	/jobs/{id}/delete              delete a ready, delayed or buried job
-//	/jobs/{id}/move       tube     move it to another tube (a new id)
+//	/tube/kick?name=TUBE   n        kick n buried (else delayed) jobs
+//	/tube/pause?name=TUBE  seconds  pause the tube (0: unpause)
+//	/tube/flush?name=TUBE  state    delete every ready, delayed or buried
+//	                                job, or all three ("all"), in one step
+//	/jobs/{id}/kick                 make a buried or delayed job ready
+//	/jobs/{id}/delete               delete a ready, delayed or buried job
+//	/jobs/{id}/move        tube     move it to another tube (a new id)
+//
+// A tube's name travels as a query parameter, not as a path segment: a
+// path is cleaned before it is routed, and the tubes "." and ".." would
+// turn into other pages.
 //
 // Actions are refused (403) unless the server was given a token
 // (--http-token-file), and every action must carry that token, as the
@@ -42,7 +46,16 @@ import (
 // so another site cannot make a browser send it (the CSRF defence), and a
 // request whose Origin is not this listener is refused as well. Every
 // action goes through the engine's Operator, so through the binlog like
-// the protocol's commands, and is logged.
+// the protocol's commands, and is logged. Wrong tokens are limited per
+// client address (see failures).
+//
+// Job bodies are the queue's payload, so the pages show them only when
+// the server was started with --http-public-bodies; otherwise a page
+// shows each job's figures and its script fetches the bodies from
+// /api/jobs/{id} with the token ("Authorization: Bearer TOKEN").
+//
+// Browsing walks a tube's jobs in serving order under the tube's lock, so
+// a listing reaches only the first engine.MaxBrowse jobs of a state.
 
 //go:embed web
 var webFS embed.FS
@@ -58,12 +71,11 @@ func must[T any](v T, err error) T {
 }
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"dur":        fmtDur,
-	"body":       showBody,
-	"pathEscape": url.PathEscape,
-	"list":       func() []string { return []string{"ready", "delayed", "buried"} },
-	"inc":        func(n int) int { return n + 1 },
-	"dec":        func(n int) int { return n - 1 },
+	"dur":  fmtDur,
+	"body": showBody,
+	"list": func() []string { return []string{"ready", "delayed", "buried"} },
+	"inc":  func(n int) int { return n + 1 },
+	"dec":  func(n int) int { return n - 1 },
 }).ParseFS(webFS, "web/*.html"))
 
 // maxForm bounds an action's request body.
@@ -82,15 +94,31 @@ const (
 type dashboard struct {
 	s     *Server
 	token []byte // nil: read-only
-	log   zerolog.Logger
+	// bodies: the pages show job bodies to everyone (--http-public-bodies).
+	bodies bool
+	fails  *failures
+	oldest *oldestCache
+	log    zerolog.Logger
+}
+
+func newDashboard(s *Server, opts Options) *dashboard {
+	d := &dashboard{s: s, bodies: opts.PublicBodies, fails: newFailures(opts.Log), log: opts.Log}
+	if len(opts.Token) > 0 {
+		d.token = opts.Token
+	}
+	d.oldest = newOldestCache(func(tube []byte) (time.Duration, bool) {
+		return s.src.Load().eng.OldestReady(tube)
+	})
+	return d
 }
 
 func (d *dashboard) routes(mux *http.ServeMux) {
 	mux.Handle("GET /static/", http.FileServerFS(staticFS))
 	mux.HandleFunc("GET /{$}", d.ready(d.overview))
 	mux.HandleFunc("GET /api/overview", d.ready(d.overviewJSON))
-	mux.HandleFunc("GET /tubes/{tube}", d.ready(d.tube))
-	mux.HandleFunc("POST /tubes/{tube}/{action}", d.ready(d.action(d.tubeAction)))
+	mux.HandleFunc("GET /api/jobs/{id}", d.ready(d.jobBody))
+	mux.HandleFunc("GET /tube", d.ready(d.tube))
+	mux.HandleFunc("POST /tube/{action}", d.ready(d.action(d.tubeAction)))
 	mux.HandleFunc("POST /jobs/{id}/{action}", d.ready(d.action(d.jobAction)))
 }
 
@@ -187,9 +215,10 @@ func (d *dashboard) snapshot(src *sources, tubes int) overviewData {
 	if len(rows) > tubes {
 		rows = rows[:tubes]
 	}
+	now := time.Now()
 	for i := range rows {
 		if rows[i].Ready > 0 {
-			age, _ := src.eng.OldestReady([]byte(rows[i].Name))
+			age, _ := d.oldest.get(rows[i].Name, now)
 			rows[i].OldestReady = age.Seconds()
 		}
 	}
@@ -213,60 +242,117 @@ type tubePage struct {
 	Tube     tubeRow
 	Peek     []peek
 	State    string
-	Jobs     []engine.JobView
+	Jobs     []jobRow
 	Total    int
 	Page     int
 	Pages    int
 	Msg      string
 	ReadOnly bool
+	Bodies   bool // shown on the page; otherwise they need the token
+}
+
+// jobRow is a job as a page lists it: its body (Head) is empty unless
+// Bodies.
+type jobRow struct {
+	engine.JobView
+	Bodies bool
 }
 
 type peek struct {
 	State string
-	Job   *engine.JobView
+	Job   *jobRow
 }
 
-// pageSize is how many jobs a page of the tube page lists.
-const pageSize = 25
+// pageSize is how many jobs a page of the tube page lists; maxPage is the
+// deepest page, the one that reaches the engine's bound on a listing.
+const (
+	pageSize = 25
+	maxPage  = engine.MaxBrowse / pageSize
+)
 
 var browseStates = map[string]engine.State{"ready": engine.Ready, "delayed": engine.Delayed, "buried": engine.Buried}
 
 func (d *dashboard) tube(w http.ResponseWriter, r *http.Request, src *sources) {
-	name := r.PathValue("tube")
+	q := r.URL.Query()
+	name := q.Get("name")
 	var ts codec.TubeStats
 	if !codec.ValidTubeName([]byte(name)) || !src.stats.TubeStats([]byte(name), &ts) {
 		d.fail(w, http.StatusNotFound, fmt.Sprintf("no tube %q", name))
 		return
 	}
-	p := tubePage{Tube: rowOf(name, &ts), State: "buried", Page: 1, Msg: r.URL.Query().Get("msg"), ReadOnly: d.token == nil}
-	if age, ok := src.eng.OldestReady([]byte(name)); ok {
-		p.Tube.OldestReady = age.Seconds()
-	}
-	for _, s := range []string{"ready", "delayed", "buried"} {
-		pk := peek{State: s}
-		if jobs, _, _ := src.eng.Browse(name, browseStates[s], 0, 1, bodyPeek); len(jobs) == 1 {
-			pk.Job = &jobs[0]
-		}
-		p.Peek = append(p.Peek, pk)
-	}
-	if s := r.URL.Query().Get("state"); s != "" {
+	p := tubePage{Tube: rowOf(name, &ts), State: "buried", Page: 1, Msg: q.Get("msg"), ReadOnly: d.token == nil, Bodies: d.bodies}
+	if s := q.Get("state"); s != "" {
 		if _, ok := browseStates[s]; !ok {
 			d.fail(w, http.StatusBadRequest, fmt.Sprintf("state %q: want ready, delayed or buried", s))
 			return
 		}
 		p.State = s
 	}
-	if v := r.URL.Query().Get("page"); v != "" {
+	if v := q.Get("page"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || (n-1)*pageSize >= engine.MaxBrowse {
-			d.fail(w, http.StatusBadRequest, fmt.Sprintf("page %q: want 1 to %d", v, engine.MaxBrowse/pageSize))
+		if err != nil || n < 1 || n > maxPage {
+			d.fail(w, http.StatusBadRequest, fmt.Sprintf("page %q: want 1 to %d (a listing reaches the first %d jobs in serving order)", v, maxPage, engine.MaxBrowse))
 			return
 		}
 		p.Page = n
 	}
-	p.Jobs, p.Total, _ = src.eng.Browse(name, browseStates[p.State], (p.Page-1)*pageSize, pageSize, bodyList)
-	p.Pages = max(1, min((p.Total+pageSize-1)/pageSize, engine.MaxBrowse/pageSize))
+	if age, ok := d.oldest.get(name, time.Now()); ok {
+		p.Tube.OldestReady = age.Seconds()
+	}
+	peekHead, listHead := 0, 0
+	if d.bodies {
+		peekHead, listHead = bodyPeek, bodyList
+	}
+	for _, s := range []string{"ready", "delayed", "buried"} {
+		pk := peek{State: s}
+		if jobs, _, _ := src.eng.Browse(name, browseStates[s], 0, 1, peekHead); len(jobs) == 1 {
+			pk.Job = &jobRow{jobs[0], d.bodies}
+		}
+		p.Peek = append(p.Peek, pk)
+	}
+	jobs, total, _ := src.eng.Browse(name, browseStates[p.State], (p.Page-1)*pageSize, pageSize, listHead)
+	for _, j := range jobs {
+		p.Jobs = append(p.Jobs, jobRow{j, d.bodies})
+	}
+	p.Total = total
+	p.Pages = max(1, min((p.Total+pageSize-1)/pageSize, maxPage))
 	d.render(w, http.StatusOK, "tube.html", p)
+}
+
+// jobBody answers a job's body, at most bodyPeek bytes of it, as JSON:
+// {"id", "size", "text", "hex", "truncated"}, text being hex when the body
+// is not printable. It needs the token unless --http-public-bodies.
+func (d *dashboard) jobBody(w http.ResponseWriter, r *http.Request, src *sources) {
+	if !d.bodies {
+		if d.token == nil {
+			d.fail(w, http.StatusForbidden, "job bodies are not shown: start beanpole with --http-token-file FILE to show them with the token, or with --http-public-bodies")
+			return
+		}
+		tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !d.authorized(w, r, tok, "job bodies need the token") {
+			return
+		}
+	}
+	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+	if err != nil || id == 0 {
+		d.fail(w, http.StatusBadRequest, fmt.Sprintf("%q is not a job id", r.PathValue("id")))
+		return
+	}
+	v, ok := src.eng.Job(id, bodyPeek)
+	if !ok {
+		d.fail(w, http.StatusNotFound, fmt.Sprintf("no job %d", id))
+		return
+	}
+	b := showBody(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(struct {
+		ID        uint64 `json:"id"`
+		Size      int    `json:"size"`
+		Text      string `json:"text"`
+		Hex       bool   `json:"hex"`
+		Truncated bool   `json:"truncated"`
+	}{id, b.Size, b.Text, b.Hex, b.Truncated})
 }
 
 // ---- changing ----
@@ -299,21 +385,41 @@ func (d *dashboard) action(h func(w http.ResponseWriter, r *http.Request, src *s
 		if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 			tok = b
 		}
-		if tok == "" {
-			d.fail(w, http.StatusUnauthorized, "this action needs the token")
-			return
-		}
-		if subtle.ConstantTimeCompare([]byte(tok), d.token) != 1 {
-			d.log.Warn().Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Msg("dashboard: an action with a wrong token refused")
-			d.fail(w, http.StatusForbidden, "wrong token")
+		if !d.authorized(w, r, tok, "this action needs the token") {
 			return
 		}
 		h(w, r, src)
 	}
 }
 
+// authorized checks the token a request carries and answers when it will
+// not do: 401 without one (need says why one is needed), 429 when the
+// client has had its share of wrong tokens, 403 for a wrong one.
+func (d *dashboard) authorized(w http.ResponseWriter, r *http.Request, tok, need string) bool {
+	if tok == "" {
+		d.fail(w, http.StatusUnauthorized, need)
+		return false
+	}
+	now := time.Now()
+	c := clientOf(r.RemoteAddr)
+	if wait := d.fails.take(c, now); wait > 0 {
+		d.fails.note(now, r, "dashboard: a token refused unchecked: too many wrong ones from this address")
+		secs := retryAfter(wait)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		d.fail(w, http.StatusTooManyRequests, fmt.Sprintf("too many wrong tokens from this address: try again in %d s", secs))
+		return false
+	}
+	if subtle.ConstantTimeCompare([]byte(tok), d.token) != 1 {
+		d.fails.note(now, r, "dashboard: a wrong token refused")
+		d.fail(w, http.StatusForbidden, "wrong token")
+		return false
+	}
+	d.fails.refund(c)
+	return true
+}
+
 func (d *dashboard) tubeAction(w http.ResponseWriter, r *http.Request, src *sources) {
-	name, act := r.PathValue("tube"), r.PathValue("action")
+	name, act := r.URL.Query().Get("name"), r.PathValue("action")
 	if !codec.ValidTubeName([]byte(name)) {
 		d.fail(w, http.StatusBadRequest, fmt.Sprintf("%q is not a tube name", name))
 		return
@@ -421,12 +527,12 @@ func (d *dashboard) done(w http.ResponseWriter, r *http.Request, src *sources, t
 		d.fail(w, code, act+": "+err.Error())
 		return
 	}
-	back := "/tubes/" + url.PathEscape(tube)
+	back := "/tube?name=" + url.QueryEscape(tube) + "&"
 	var ts codec.TubeStats
 	if !src.stats.TubeStats([]byte(tube), &ts) {
-		back = "/" // emptied and used by nobody: the tube is gone
+		back = "/?" // emptied and used by nobody: the tube is gone
 	}
-	http.Redirect(w, r, back+"?msg="+url.QueryEscape(msg), http.StatusSeeOther)
+	http.Redirect(w, r, back+"msg="+url.QueryEscape(msg), http.StatusSeeOther)
 }
 
 func formUint32(r *http.Request, key string) (uint32, bool) {

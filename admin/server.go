@@ -48,7 +48,13 @@ type Options struct {
 	// Token allows the dashboard's actions to whoever presents it; with
 	// none the dashboard is read-only.
 	Token []byte
-	Log   zerolog.Logger
+	// Hosts are the names, besides the listener's address and localhost,
+	// that requests may give as their Host (--http-host).
+	Hosts []string
+	// PublicBodies shows job bodies on the pages without the token
+	// (--http-public-bodies).
+	PublicBodies bool
+	Log          zerolog.Logger
 }
 
 // Server is the HTTP side of a beanpole process.
@@ -90,11 +96,7 @@ func Listen(opts Options) (*Server, error) {
 		}
 		metrics.ServeHTTP(w, r)
 	})
-	d := &dashboard{s: s, log: opts.Log}
-	if len(opts.Token) > 0 {
-		d.token = opts.Token
-	}
-	d.routes(mux)
+	newDashboard(s, opts).routes(mux)
 	if opts.Pprof {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
@@ -102,7 +104,7 @@ func Listen(opts Options) (*Server, error) {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: newHostGuard(opts.Hosts, mux), ReadHeaderTimeout: 10 * time.Second}
 	return s, nil
 }
 

@@ -57,6 +57,12 @@ type Config struct {
 	// HTTPTokenFile is --http-token-file: the file holding the token that
 	// allows the dashboard's actions ("" = the dashboard is read-only).
 	HTTPTokenFile string
+	// HTTPHosts are --http-host's names (repeatable): the Host headers
+	// served besides the listener's address and localhost.
+	HTTPHosts []string
+	// HTTPPublicBodies is --http-public-bodies: the dashboard shows job
+	// bodies without the token.
+	HTTPPublicBodies bool
 	// MetricsMaxTubes is --metrics-max-tubes: tubes beyond this many are
 	// summed into one series in /metrics.
 	MetricsMaxTubes int
@@ -265,7 +271,15 @@ var longOpts = []longOpt{
 		cfg.HTTPAddr = addr
 		return err
 	}},
+	{name: "--http-host", set: func(cfg *Config, v string) error {
+		if !hostName(v) {
+			return errors.New("want a host name or an IP address, without a port")
+		}
+		cfg.HTTPHosts = append(cfg.HTTPHosts, v)
+		return nil
+	}},
 	{name: "--http-pprof", flag: func(cfg *Config) { cfg.HTTPPprof = true }},
+	{name: "--http-public-bodies", flag: func(cfg *Config) { cfg.HTTPPublicBodies = true }},
 	{name: "--http-token-file", set: func(cfg *Config, v string) error {
 		if v == "" {
 			return errors.New("want a file name")
@@ -337,6 +351,24 @@ func httpAddr(v string) (string, error) {
 		host = "127.0.0.1"
 	}
 	return net.JoinHostPort(host, port), nil
+}
+
+// hostName reports whether v is what --http-host takes: a DNS name
+// (letters, digits, '-', '_' and dots) or an IP address, an IPv6 one
+// with or without brackets.
+func hostName(v string) bool {
+	if v == "" {
+		return false
+	}
+	if net.ParseIP(strings.TrimSuffix(strings.TrimPrefix(v, "["), "]")) != nil {
+		return true
+	}
+	for _, c := range v {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // syncInterval converts -f's millisecond count, already reduced modulo 2^64

@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,12 @@ Long options:
  --http-token-file FILE
             allow the dashboard's actions (kick, delete, pause, flush, move)
             to whoever presents the token in FILE; read-only without it
+ --http-host NAME
+            also serve requests whose Host header is NAME (repeatable); any
+            other name but localhost and the listener's address gets 421
+            (/healthz and /readyz answer any name)
+ --http-public-bodies
+            show job bodies on the dashboard without the token
  --http-pprof
             also serve /debug/pprof/ there
  --metrics-max-tubes N
@@ -201,6 +208,15 @@ func TestParse(t *testing.T) {
 			stderr: usageErr("invalid value for --http: 8080 (address 8080: missing port in address)"), code: 5, done: true},
 		{name: "http bad port", args: []string{"--http", ":http"},
 			stderr: usageErr(`invalid value for --http: :http (bad port "http")`), code: 5, done: true},
+		{name: "http hosts add up", args: []string{"--http-host", "beans.example", "--http-host=[::1]", "--http-host", "10.0.0.7", "--http-public-bodies"},
+			want: with(func(c *Config) {
+				c.HTTPHosts = []string{"beans.example", "[::1]", "10.0.0.7"}
+				c.HTTPPublicBodies = true
+			})},
+		{name: "http host with a port", args: []string{"--http-host", "beans.example:8080"},
+			stderr: usageErr("invalid value for --http-host: beans.example:8080 (want a host name or an IP address, without a port)"), code: 5, done: true},
+		{name: "http host empty", args: []string{"--http-host="},
+			stderr: usageErr("invalid value for --http-host:  (want a host name or an IP address, without a port)"), code: 5, done: true},
 		{name: "pprof takes no value", args: []string{"--http-pprof=1"},
 			stderr: usageErr("flag takes no argument: --http-pprof"), code: 5, done: true},
 		{name: "log json", args: []string{"--log-json", "-V"},
@@ -265,7 +281,7 @@ func TestParse(t *testing.T) {
 				t.Errorf("stderr = %q; want %q", got, tt.stderr)
 			}
 			if !tt.done {
-				if got := exported(cfg); got != tt.want {
+				if got := exported(cfg); !reflect.DeepEqual(got, tt.want) {
 					t.Errorf("config = %+v\nwant     %+v", got, tt.want)
 				}
 			}

@@ -43,6 +43,12 @@ Long options:
  --http-token-file FILE
             allow the dashboard's actions (kick, delete, pause, flush, move)
             to whoever presents the token in FILE; read-only without it
+ --http-host NAME
+            also serve requests whose Host header is NAME (repeatable); any
+            other name but localhost and the listener's address gets 421
+            (/healthz and /readyz answer any name)
+ --http-public-bodies
+            show job bodies on the dashboard without the token
  --http-pprof
             also serve /debug/pprof/ there
  --metrics-max-tubes N

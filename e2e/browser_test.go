@@ -92,7 +92,7 @@ func eval[T any](t *testing.T, ctx context.Context, expr string) T {
 }
 
 func TestDashboardInABrowser(t *testing.T) {
-	s, base := startDashboard(t)
+	s, base := startDashboard(t, "--http-public-bodies")
 	ctx := browser(t)
 	c := s.dial(t)
 	fill(t, c)
@@ -139,7 +139,7 @@ func TestDashboardInABrowser(t *testing.T) {
 
 	// The tube page: peeks and the buried list.
 	err = chromedp.Do(ctx,
-		chromedp.Click(`#tubes a[href="/tubes/q"]`),
+		chromedp.Click(`#tubes a[href="/tube?name=q"]`),
 		chromedp.WaitVisible(`#tube-name`),
 	)
 	if err != nil {
@@ -194,17 +194,17 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Errorf("unpause: %q", msg)
 	}
 	// The buried list holds job 5; kick it from its row.
-	if msg := act("kick job", chromedp.Navigate(base+"/tubes/q?state=buried"), chromedp.WaitVisible(`#jobs`),
+	if msg := act("kick job", chromedp.Navigate(base+"/tube?name=q&state=buried"), chromedp.WaitVisible(`#jobs`),
 		chromedp.Click(`#jobs tr[data-id="5"] form[action="/jobs/5/kick"] button`)); msg != "kicked job 5" {
 		t.Errorf("kick job: %q", msg)
 	}
 	// Move job 2 from the ready list, delete job 1.
-	if msg := act("move", chromedp.Navigate(base+"/tubes/q?state=ready"), chromedp.WaitVisible(`#jobs`),
+	if msg := act("move", chromedp.Navigate(base+"/tube?name=q&state=ready"), chromedp.WaitVisible(`#jobs`),
 		chromedp.SetValue(`#jobs tr[data-id="2"] input[name=tube]`, "retry"),
 		chromedp.Click(`#jobs tr[data-id="2"] form[action="/jobs/2/move"] button`)); !strings.HasPrefix(msg, "moved job 2 to retry as job ") {
 		t.Errorf("move: %q", msg)
 	}
-	if msg := act("delete", chromedp.Navigate(base+"/tubes/q?state=ready"), chromedp.WaitVisible(`#jobs`),
+	if msg := act("delete", chromedp.Navigate(base+"/tube?name=q&state=ready"), chromedp.WaitVisible(`#jobs`),
 		chromedp.Click(`#jobs tr[data-id="1"] form[action="/jobs/1/delete"] button`)); msg != "deleted job 1" {
 		t.Errorf("delete: %q", msg)
 	}

@@ -95,8 +95,8 @@ func TestDashboardActionsChangeWhatTheWireSees(t *testing.T) {
 	}
 
 	// kick 1: the oldest buried job.
-	code, loc, msg := post(t, base, "/tubes/q/kick", withToken("n", "1"))
-	if code != http.StatusSeeOther || loc != "/tubes/q?msg=kicked+1" {
+	code, loc, msg := post(t, base, "/tube/kick?name=q", withToken("n", "1"))
+	if code != http.StatusSeeOther || loc != "/tube?name=q&msg=kicked+1" {
 		t.Fatalf("kick: %d %q %q", code, loc, msg)
 	}
 	if st := statsJob(t, c, 4); st["state"] != "ready" {
@@ -126,25 +126,25 @@ func TestDashboardActionsChangeWhatTheWireSees(t *testing.T) {
 		t.Fatalf("moved job: %v", st)
 	}
 	// pause, then unpause.
-	if code, _, msg := post(t, base, "/tubes/q/pause", withToken("seconds", "600")); code != http.StatusSeeOther {
+	if code, _, msg := post(t, base, "/tube/pause?name=q", withToken("seconds", "600")); code != http.StatusSeeOther {
 		t.Fatalf("pause: %d %s", code, msg)
 	}
 	if st := statsTube(t, c, "q"); st["pause"] != "600" {
 		t.Fatalf("after pause: pause %s", st["pause"])
 	}
-	post(t, base, "/tubes/q/pause", withToken("seconds", "0"))
+	post(t, base, "/tube/pause?name=q", withToken("seconds", "0"))
 	if st := statsTube(t, c, "q"); st["pause"] != "0" {
 		t.Fatalf("after unpause: pause %s", st["pause"])
 	}
 	// flush by state: delayed only, then all; the reserved job stays.
-	if code, _, msg := post(t, base, "/tubes/q/flush", withToken("state", "delayed")); code != http.StatusSeeOther {
+	if code, _, msg := post(t, base, "/tube/flush?name=q", withToken("state", "delayed")); code != http.StatusSeeOther {
 		t.Fatalf("flush delayed: %d %s", code, msg)
 	}
 	if got := counts(t, c, "q"); got != "2/0/0/1" {
 		t.Fatalf("after flushing delayed: %s, want 2/0/0/1", got)
 	}
-	code, loc, _ = post(t, base, "/tubes/q/flush", withToken("state", "all"))
-	if code != http.StatusSeeOther || loc != "/tubes/q?msg=flushed+2+all+jobs" {
+	code, loc, _ = post(t, base, "/tube/flush?name=q", withToken("state", "all"))
+	if code != http.StatusSeeOther || loc != "/tube?name=q&msg=flushed+2+all+jobs" {
 		t.Fatalf("flush all: %d %q", code, loc)
 	}
 	if got := counts(t, c, "q"); got != "0/0/0/1" {
@@ -165,22 +165,22 @@ func TestDashboardRefusesBadInputAndChangesNothing(t *testing.T) {
 		code       int
 		msg        string
 	}{
-		{"no token", "/tubes/q/kick", url.Values{"n": {"1"}}, nil, 401, "needs the token"},
-		{"wrong token", "/tubes/q/kick", url.Values{"n": {"1"}, "token": {"nope"}}, nil, 403, "wrong token"},
+		{"no token", "/tube/kick?name=q", url.Values{"n": {"1"}}, nil, 401, "needs the token"},
+		{"wrong token", "/tube/kick?name=q", url.Values{"n": {"1"}, "token": {"nope"}}, nil, 403, "wrong token"},
 		{"wrong bearer", "/jobs/4/delete", url.Values{}, []string{"Authorization", "Bearer nope"}, 403, "wrong token"},
 		{"another origin", "/jobs/4/delete", withToken(), []string{"Origin", "http://evil.example"}, 403, "not from this dashboard"},
-		{"unknown tube", "/tubes/nope/kick", withToken("n", "1"), nil, 404, "no such tube"},
-		{"bad tube name", "/tubes/-bad/kick", withToken("n", "1"), nil, 400, "not a tube name"},
+		{"unknown tube", "/tube/kick?name=nope", withToken("n", "1"), nil, 404, "no such tube"},
+		{"bad tube name", "/tube/kick?name=-bad", withToken("n", "1"), nil, 400, "not a tube name"},
 		{"bad id", "/jobs/x1/delete", withToken(), nil, 400, "not a job id"},
 		{"no job", "/jobs/999/delete", withToken(), nil, 404, "no job 999"},
 		{"kick of a ready job", "/jobs/1/kick", withToken(), nil, 409, "not in a state"},
-		{"kick zero", "/tubes/q/kick", withToken("n", "0"), nil, 400, "n: want"},
-		{"pause junk", "/tubes/q/pause", withToken("seconds", "-1"), nil, 400, "seconds: want"},
-		{"flush what", "/tubes/q/flush", withToken("state", "reserved"), nil, 400, "want ready, delayed, buried or all"},
+		{"kick zero", "/tube/kick?name=q", withToken("n", "0"), nil, 400, "n: want"},
+		{"pause junk", "/tube/pause?name=q", withToken("seconds", "-1"), nil, 400, "seconds: want"},
+		{"flush what", "/tube/flush?name=q", withToken("state", "reserved"), nil, 400, "want ready, delayed, buried or all"},
 		{"move nowhere", "/jobs/4/move", withToken("tube", ""), nil, 400, "not a tube name"},
 		{"move to itself", "/jobs/4/move", withToken("tube", "q"), nil, 409, "in that tube already"},
-		{"no such action", "/tubes/q/explode", withToken(), nil, 404, "no action"},
-		{"oversized form", "/tubes/q/kick", withToken("n", "1", "pad", strings.Repeat("x", 5000)), nil, 413, "over 4096 bytes"},
+		{"no such action", "/tube/explode?name=q", withToken(), nil, 404, "no action"},
+		{"oversized form", "/tube/kick?name=q", withToken("n", "1", "pad", strings.Repeat("x", 5000)), nil, 413, "over 4096 bytes"},
 	} {
 		code, _, msg := post(t, base, tc.path, tc.form, tc.hdr...)
 		if code != tc.code || !strings.Contains(msg, tc.msg) {
@@ -193,7 +193,7 @@ func TestDashboardRefusesBadInputAndChangesNothing(t *testing.T) {
 			t.Errorf("%s went from %s to %s after refused actions", k, before[k], after[k])
 		}
 	}
-	for _, p := range []string{"/tubes/nope", "/tubes/q?state=reserved", "/tubes/q?page=0"} {
+	for _, p := range []string{"/tube?name=nope", "/tube?name=q&state=reserved", "/tube?name=q&page=0"} {
 		if code, _ := httpGet(t, base+p); code != 404 && code != 400 {
 			t.Errorf("GET %s: %d, want an error", p, code)
 		}
@@ -205,14 +205,14 @@ func TestDashboardWithoutATokenIsReadOnly(t *testing.T) {
 	s, base := startHTTPServer(t)
 	c := s.dial(t)
 	fill(t, c)
-	code, _, msg := post(t, base, "/tubes/q/flush", withToken("state", "all"))
+	code, _, msg := post(t, base, "/tube/flush?name=q", withToken("state", "all"))
 	if code != http.StatusForbidden || !strings.Contains(msg, "read-only") {
 		t.Fatalf("an action on a read-only dashboard: %d %q", code, msg)
 	}
 	if got := counts(t, c, "q"); got != "2/1/2/1" {
 		t.Fatalf("a refused flush changed the tube: %s", got)
 	}
-	code, body := httpGet(t, base+"/tubes/q")
+	code, body := httpGet(t, base+"/tube?name=q")
 	if code != 200 || strings.Contains(body, "<form") || !strings.Contains(body, "Read-only") {
 		t.Fatalf("the read-only tube page: %d, forms shown: %v", code, strings.Contains(body, "<form"))
 	}
@@ -229,9 +229,9 @@ func TestDashboardActionsSurviveARestart(t *testing.T) {
 		form url.Values
 		loc  string
 	}{
-		{"/tubes/q/flush", withToken("state", "buried"), "/tubes/q?msg=flushed+2+buried+jobs"},
-		{"/jobs/2/move", withToken("tube", "retry"), "/tubes/q?msg=moved+job+2+to+retry+as+job+7"},
-		{"/jobs/1/delete", withToken(), "/tubes/q?msg=deleted+job+1"},
+		{"/tube/flush?name=q", withToken("state", "buried"), "/tube?name=q&msg=flushed+2+buried+jobs"},
+		{"/jobs/2/move", withToken("tube", "retry"), "/tube?name=q&msg=moved+job+2+to+retry+as+job+7"},
+		{"/jobs/1/delete", withToken(), "/tube?name=q&msg=deleted+job+1"},
 	} {
 		if code, loc, msg := post(t, base, a.path, a.form); code != http.StatusSeeOther || loc != a.loc {
 			t.Fatalf("%s: %d %q %q, want 303 to %q", a.path, code, loc, msg, a.loc)

