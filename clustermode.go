@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/beanpole/beanpole/admin"
 	"github.com/beanpole/beanpole/cluster"
 	"github.com/beanpole/beanpole/config"
 	"github.com/beanpole/beanpole/engine"
@@ -28,7 +31,7 @@ const exitDeposed = 75
 // clients to the leader until it leads itself, then loads the engine from
 // the replicated state and makes the engine log through raft. It returns a
 // non-zero exit code on failure or when stopped while following.
-func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, log zerolog.Logger, stderr io.Writer) (*cluster.Node, int) {
+func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, adm *admin.Server, log zerolog.Logger, stderr io.Writer) (*cluster.Node, int) {
 	var members []cluster.Member
 	if cfg.Bootstrap != "" {
 		var err error
@@ -42,6 +45,13 @@ func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, lo
 	if err != nil {
 		fmt.Fprintf(stderr, "beanpole: %v\n", err)
 		return nil, 1
+	}
+	adm.SetCluster(node)
+	if cfg.Join != "" && node.Fresh {
+		if code := join(cfg, stderr); code != 0 {
+			node.Close()
+			return nil, code
+		}
 	}
 	self := clientAddr(lns, cfg.RaftAddr)
 	fw := node.Forward(lns, self)
@@ -69,6 +79,25 @@ func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, lo
 	eng.SetJournal(jl)
 	log.Info().Str("node", cfg.NodeID).Int("jobs", len(jobs)).Uint64("max-id", maxID).Msg("cluster: leading")
 	return node, 0
+}
+
+// join asks a member (--join, its --http address) to add this node.
+func join(cfg *config.Config, stderr io.Writer) int {
+	var token string
+	if cfg.HTTPTokenFile != "" {
+		b, err := readToken(cfg.HTTPTokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "beanpole: --http-token-file: %v\n", err)
+			return 1
+		}
+		token = string(b)
+	}
+	form := url.Values{"id": {cfg.NodeID}, "raft": {cfg.RaftAddr}}
+	if code := clusterRequest(http.MethodPost, cfg.Join, "/cluster/add", token, form, io.Discard, stderr); code != 0 {
+		fmt.Fprintf(stderr, "beanpole: --join %s: this node was not added\n", cfg.Join)
+		return code
+	}
+	return 0
 }
 
 // clientAddr is the address other nodes forward this node's clients to:

@@ -33,6 +33,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "import" {
 		return runImport(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "cluster" {
+		return runCluster(args[1:], stdout, stderr)
+	}
 	cfg, code, done := config.Parse(args, stdout, stderr)
 	if done {
 		return code
@@ -121,7 +124,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	var node *cluster.Node
 	if cfg.ClusterDir != "" {
-		if node, code = startCluster(&cfg, eng, lns, log, stderr); node == nil {
+		if node, code = startCluster(&cfg, eng, lns, adm, log, stderr); node == nil {
 			return code
 		}
 	}

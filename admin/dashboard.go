@@ -120,6 +120,8 @@ func (d *dashboard) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /tube", d.ready(d.tube))
 	mux.HandleFunc("POST /tube/{action}", d.ready(d.action(d.tubeAction)))
 	mux.HandleFunc("POST /jobs/{id}/{action}", d.ready(d.action(d.jobAction)))
+	mux.HandleFunc("GET /cluster", d.clusterStatus)
+	mux.HandleFunc("POST /cluster/{action}", d.clusterAction)
 }
 
 // ready answers 503 until the server serves.
@@ -362,34 +364,40 @@ func (d *dashboard) jobBody(w http.ResponseWriter, r *http.Request, src *sources
 // small form.
 func (d *dashboard) action(h func(w http.ResponseWriter, r *http.Request, src *sources)) func(http.ResponseWriter, *http.Request, *sources) {
 	return func(w http.ResponseWriter, r *http.Request, src *sources) {
-		if d.token == nil {
-			d.fail(w, http.StatusForbidden, "read-only: actions need a token (start beanpole with --http-token-file FILE)")
-			return
+		if d.permit(w, r) {
+			h(w, r, src)
 		}
-		if o := r.Header.Get("Origin"); o != "" {
-			if u, err := url.Parse(o); err != nil || u.Host != r.Host {
-				d.fail(w, http.StatusForbidden, fmt.Sprintf("a request from %q, not from this dashboard", o))
-				return
-			}
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
-		if err := r.ParseForm(); err != nil {
-			if _, big := errors.AsType[*http.MaxBytesError](err); big {
-				d.fail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the form is over %d bytes", maxForm))
-				return
-			}
-			d.fail(w, http.StatusBadRequest, "bad form: "+err.Error())
-			return
-		}
-		tok := r.PostForm.Get("token")
-		if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-			tok = b
-		}
-		if !d.authorized(w, r, tok, "this action needs the token") {
-			return
-		}
-		h(w, r, src)
 	}
+}
+
+// permit checks what every action needs and answers when it will not do:
+// a token, the right one, a request from this listener's own pages or no
+// browser at all, and a small form.
+func (d *dashboard) permit(w http.ResponseWriter, r *http.Request) bool {
+	if d.token == nil {
+		d.fail(w, http.StatusForbidden, "read-only: actions need a token (start beanpole with --http-token-file FILE)")
+		return false
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		if u, err := url.Parse(o); err != nil || u.Host != r.Host {
+			d.fail(w, http.StatusForbidden, fmt.Sprintf("a request from %q, not from this dashboard", o))
+			return false
+		}
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+	if err := r.ParseForm(); err != nil {
+		if _, big := errors.AsType[*http.MaxBytesError](err); big {
+			d.fail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the form is over %d bytes", maxForm))
+			return false
+		}
+		d.fail(w, http.StatusBadRequest, "bad form: "+err.Error())
+		return false
+	}
+	tok := r.PostForm.Get("token")
+	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		tok = b
+	}
+	return d.authorized(w, r, tok, "this action needs the token")
 }
 
 // authorized checks the token a request carries and answers when it will

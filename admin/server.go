@@ -64,6 +64,8 @@ type Server struct {
 	state atomic.Int32
 	src   atomic.Pointer[sources]
 	log   zerolog.Logger
+	// cluster, when set, is the cluster node this process is (SetCluster).
+	cluster atomic.Pointer[Cluster]
 }
 
 // Listen binds opts.Addr; Serve then serves it. The state starts as

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"strings"
 	"sync"
 
@@ -32,10 +33,14 @@ type FSM struct {
 	// leader is the latest leader's announcement: its node id and the
 	// address its clients connect to (followers forward there).
 	leaderID, leaderClient string
+	// clients are the client addresses of every node that has led.
+	clients map[string]string
 }
 
 // NewFSM is an empty state.
-func NewFSM() *FSM { return &FSM{live: record.NewLive(), tubes: map[string]string{}} }
+func NewFSM() *FSM {
+	return &FSM{live: record.NewLive(), tubes: map[string]string{}, clients: map[string]string{}}
+}
 
 func (f *FSM) tube(b []byte) string {
 	if s, ok := f.tubes[string(b)]; ok {
@@ -69,6 +74,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	case entryLeader:
 		id, addr, _ := strings.Cut(string(l.Data[1:]), "\x00")
 		f.leaderID, f.leaderClient = id, addr
+		f.clients[id] = addr
 		return nil
 	}
 	return fmt.Errorf("cluster: entry %d has unknown type %d", l.Index, l.Data[0])
@@ -94,6 +100,13 @@ func (f *FSM) Leader() (id, client string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.leaderID, f.leaderClient
+}
+
+// Clients are the client addresses of the nodes that have led, by id.
+func (f *FSM) Clients() map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.clients)
 }
 
 // Applied is the raft index of the last entry applied.
@@ -205,6 +218,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.live, f.tubes = live, tubes
 	f.leaderID, f.leaderClient = id, addr
+	f.clients = map[string]string{id: addr}
 	f.mu.Unlock()
 	return nil
 }

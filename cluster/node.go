@@ -69,6 +69,8 @@ type Node struct {
 	wal     *wal.WAL
 	trans   raft.Transport
 	leading chan bool
+	// Fresh: the directory held no state when the node opened.
+	Fresh bool
 	// confirmed is when the last round that confirmed the lead started.
 	confirmed atomic.Pointer[time.Time]
 }
@@ -146,7 +148,7 @@ func Open(cfg Config) (*Node, error) {
 		w.Close()
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	return &Node{Raft: r, FSM: fsm, cfg: cfg, wal: w, trans: trans, leading: leading}, nil
+	return &Node{Raft: r, FSM: fsm, cfg: cfg, wal: w, trans: trans, leading: leading, Fresh: !has}, nil
 }
 
 // AwaitLeadership waits until this node leads and has applied every entry

@@ -72,6 +72,9 @@ type Config struct {
 	// replaces -b), --node-id, --raft (the raft transport's HOST:PORT) and
 	// --bootstrap (the initial members, ID=HOST:PORT,...).
 	ClusterDir, NodeID, RaftAddr, Bootstrap string
+	// Join is --join: a member's --http address that adds this node to a
+	// running group on its first start.
+	Join string
 
 	// Whether -l / -p appeared at all. Upstream warns that they are
 	// ignored when systemd hands over a socket, even when the value given
@@ -243,8 +246,8 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 		case cfg.NodeID == "" || cfg.RaftAddr == "":
 			return fail("--cluster-dir needs --node-id and --raft")
 		}
-	} else if cfg.NodeID != "" || cfg.RaftAddr != "" || cfg.Bootstrap != "" {
-		return fail("--node-id, --raft and --bootstrap go with --cluster-dir")
+	} else if cfg.NodeID != "" || cfg.RaftAddr != "" || cfg.Bootstrap != "" || cfg.Join != "" {
+		return fail("--node-id, --raft, --bootstrap and --join go with --cluster-dir")
 	}
 	return cfg, 0, false
 }
@@ -298,6 +301,13 @@ var longOpts = []longOpt{
 		return nil
 	}},
 	{name: "--bootstrap", set: nonEmpty(func(cfg *Config, v string) { cfg.Bootstrap = v })},
+	{name: "--join", set: func(cfg *Config, v string) error {
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			return err
+		}
+		cfg.Join = v
+		return nil
+	}},
 	{name: "--metrics-max-tubes", set: func(cfg *Config, v string) error {
 		n, err := strconv.ParseUint(v, 10, 31)
 		if err != nil {

@@ -67,6 +67,9 @@ Cluster (replaces -b; see docs/cluster.md):
  --bootstrap ID=HOST:PORT,...
             the initial members, given alike to each on its first start
             (ignored once DIR holds state)
+ --join HOST:PORT
+            on its first start, ask the member whose --http is HOST:PORT
+            to add this node (with the --http-token-file token)
 `, progName, progName,
 		DefaultSyncEvery.Milliseconds(), DefaultPort,
 		DefaultMaxJobSize, MaxJobSizeLimit, DefaultBinlogSize, DefaultMetricsMaxTubes)

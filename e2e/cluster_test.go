@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,27 +23,27 @@ import (
 // leading node=ID").
 
 type clusterNode struct {
-	id, raft, dir string
-	srv           *server
+	id, raft, http, dir string
+	srv                 *server
 }
 
 type testCluster struct {
 	t         *testing.T
 	nodes     []*clusterNode
 	bootstrap string
+	token     string // the --http-token-file every node is given
 }
 
 func startTestCluster(t *testing.T, n int) *testCluster {
 	t.Helper()
 	skipLegacy(t, "cluster mode is beanpole's own")
-	tc := &testCluster{t: t}
+	tc := &testCluster{t: t, token: filepath.Join(t.TempDir(), "token")}
+	if err := os.WriteFile(tc.token, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var members []string
 	for i := range n {
-		port, err := freePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		nd := &clusterNode{id: fmt.Sprintf("n%d", i+1), raft: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: t.TempDir()}
+		nd := tc.newNode(fmt.Sprintf("n%d", i+1))
 		tc.nodes = append(tc.nodes, nd)
 		members = append(members, nd.id+"="+nd.raft)
 	}
@@ -50,11 +54,52 @@ func startTestCluster(t *testing.T, n int) *testCluster {
 	return tc
 }
 
-// start (re)starts a node with its directory and raft address.
-func (tc *testCluster) start(nd *clusterNode) {
+// newNode picks a node's raft and HTTP ports and its directory.
+func (tc *testCluster) newNode(id string) *clusterNode {
 	tc.t.Helper()
-	nd.srv = startTestServer(tc.t, "tcp", "", []string{"-V", "--cluster-dir", nd.dir, "--node-id", nd.id,
-		"--raft", nd.raft, "--bootstrap", tc.bootstrap})
+	var ports [2]int
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			tc.t.Fatal(err)
+		}
+		ports[i] = p
+	}
+	return &clusterNode{id: id, raft: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+		http: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])), dir: tc.t.TempDir()}
+}
+
+// start (re)starts a node with its directory and addresses.
+func (tc *testCluster) start(nd *clusterNode, extra ...string) {
+	tc.t.Helper()
+	nd.srv = startTestServer(tc.t, "tcp", "", append([]string{"-V", "--cluster-dir", nd.dir, "--node-id", nd.id,
+		"--raft", nd.raft, "--bootstrap", tc.bootstrap, "--http", nd.http, "--http-token-file", tc.token}, extra...))
+}
+
+// status is a node's GET /cluster.
+func (tc *testCluster) status(nd *clusterNode) clusterStatus {
+	tc.t.Helper()
+	resp, err := http.Get("http://" + nd.http + "/cluster")
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st clusterStatus
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != 200 {
+		tc.t.Fatalf("GET /cluster: %s, %v", resp.Status, err)
+	}
+	return st
+}
+
+type clusterStatus struct {
+	ID, State, Leader string
+	Term              uint64
+	CommitIndex       uint64 `json:"commit_index"`
+	AppliedIndex      uint64 `json:"applied_index"`
+	Members           []struct {
+		ID, Raft, Client string
+		Voter            bool
+	}
 }
 
 // leader waits until one of the running nodes (other than those excluded)
@@ -250,5 +295,66 @@ func TestClusterDeposedLeaderClosesItsClientsAndExits(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(lead.srv.waitErr, &ee) || ee.ExitCode() != 75 {
 		t.Fatalf("the deposed leader exited with %v, want status 75", lead.srv.waitErr)
+	}
+}
+
+func TestClusterStatusJoinAndTransferThroughTheHTTPSide(t *testing.T) {
+	tc := startTestCluster(t, 3)
+	lead := tc.leader()
+	for _, nd := range tc.nodes {
+		st := tc.status(nd)
+		waitFor(t, 30*time.Second, nd.id+" to know the leader and where its clients connect", func() bool {
+			st = tc.status(nd)
+			for _, m := range st.Members {
+				if m.ID == lead.id && m.Client != "" {
+					return st.Leader == lead.id
+				}
+			}
+			return false
+		})
+		wantState := "follower"
+		if nd == lead {
+			wantState = "leader"
+		}
+		if st.ID != nd.id || st.State != wantState || st.Term == 0 || len(st.Members) != 3 {
+			t.Fatalf("%s: GET /cluster = %+v", nd.id, st)
+		}
+		for _, m := range st.Members {
+			if !m.Voter || (m.ID == lead.id && m.Client != lead.srv.addr) {
+				t.Fatalf("%s: member %+v (leader's client address %s)", nd.id, m, lead.srv.addr)
+			}
+		}
+	}
+
+	// `beanpole cluster status` prints the same JSON.
+	out, err := exec.Command(target.bin, "cluster", "status", "--http", lead.http).Output()
+	if err != nil || !strings.Contains(string(out), `"state": "leader"`) {
+		t.Fatalf("beanpole cluster status: %v\n%s", err, out)
+	}
+	// Changes need the token.
+	if out, err := exec.Command(target.bin, "cluster", "transfer-leader", "--http", lead.http).CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), "401 Unauthorized") {
+		t.Fatalf("transfer-leader without the token: %v\n%s", err, out)
+	}
+
+	// A fourth node joins through the leader's HTTP side.
+	c := lead.srv.dial(t)
+	put(t, c, 0, 0, 60, "before the join", 1)
+	n4 := tc.newNode("n4")
+	tc.nodes = append(tc.nodes, n4)
+	tc.start(n4, "--join", lead.http)
+	waitFor(t, 30*time.Second, "n4 in the configuration", func() bool { return len(tc.status(lead).Members) == 4 })
+	waitFor(t, 30*time.Second, "n4 to forward to the leader", func() bool {
+		return strings.Contains(try(n4.srv.addr, "peek 1\r\n", 5*time.Second), "FOUND 1 15\r\nbefore the join\r\n")
+	})
+
+	// transfer-leader hands the lead to another node; the old leader, no
+	// longer leading, exits for its supervisor to restart it.
+	if out, err := exec.Command(target.bin, "cluster", "transfer-leader", "--http", lead.http, "--token-file", tc.token).CombinedOutput(); err != nil {
+		t.Fatalf("transfer-leader: %v\n%s", err, out)
+	}
+	next := tc.leader(lead)
+	if id, _ := putUntilInserted(t, next.srv.addr, "after the transfer", 30*time.Second); id <= 1 {
+		t.Fatalf("id %d after the transfer", id)
 	}
 }

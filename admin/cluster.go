@@ -1,0 +1,84 @@
+package admin
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+// Cluster is what the HTTP side shows of a cluster node (GET /cluster) and
+// asks of it (POST /cluster/{add,remove,transfer-leader}, with the token).
+type Cluster interface {
+	// Status is the node's view of the group, encoded as JSON.
+	Status() any
+	AddVoter(id, raft string) error
+	Remove(id string) error
+	TransferLeader() error
+}
+
+// SetCluster makes /cluster answer for c; without it /cluster answers 404
+// (the process is not a cluster node).
+func (s *Server) SetCluster(c Cluster) {
+	if s != nil {
+		s.cluster.Store(&c)
+	}
+}
+
+func (d *dashboard) node(w http.ResponseWriter) Cluster {
+	p := d.s.cluster.Load()
+	if p == nil {
+		http.Error(w, "not a cluster node (start beanpole with --cluster-dir)", http.StatusNotFound)
+		return nil
+	}
+	return *p
+}
+
+func (d *dashboard) clusterStatus(w http.ResponseWriter, r *http.Request) {
+	c := d.node(w)
+	if c == nil {
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(c.Status())
+}
+
+// clusterAction changes the group's membership or leader. add and remove
+// run on the leader only; the answer names the leader otherwise.
+func (d *dashboard) clusterAction(w http.ResponseWriter, r *http.Request) {
+	c := d.node(w)
+	if c == nil || !d.permit(w, r) {
+		return
+	}
+	var err error
+	var msg string
+	switch act := r.PathValue("action"); act {
+	case "add":
+		id, raft := r.PostForm.Get("id"), r.PostForm.Get("raft")
+		if id == "" || raft == "" {
+			http.Error(w, "add needs id and raft (HOST:PORT)", http.StatusBadRequest)
+			return
+		}
+		err, msg = c.AddVoter(id, raft), fmt.Sprintf("added %s at %s", id, raft)
+	case "remove":
+		id := r.PostForm.Get("id")
+		if id == "" {
+			http.Error(w, "remove needs id", http.StatusBadRequest)
+			return
+		}
+		err, msg = c.Remove(id), "removed "+id
+	case "transfer-leader":
+		err, msg = c.TransferLeader(), "the lead was handed over"
+	default:
+		http.Error(w, fmt.Sprintf("unknown cluster action %q (add, remove, transfer-leader)", act), http.StatusNotFound)
+		return
+	}
+	if err != nil {
+		d.log.Warn().Err(err).Str("action", r.PathValue("action")).Msg("cluster action refused")
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
+	d.log.Info().Str("action", r.PathValue("action")).Str("remote", r.RemoteAddr).Msg("cluster: " + msg)
+	_, _ = fmt.Fprintln(w, msg)
+}

@@ -1,0 +1,97 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Status is a node's view of the group (GET /cluster).
+type Status struct {
+	ID           string         `json:"id"`
+	State        string         `json:"state"`  // leader, follower, candidate, shutdown
+	Leader       string         `json:"leader"` // the leader's id, "" while there is none
+	Term         uint64         `json:"term"`
+	CommitIndex  uint64         `json:"commit_index"`
+	AppliedIndex uint64         `json:"applied_index"`
+	LastContact  string         `json:"last_contact"` // a follower's time since it last heard the leader
+	Members      []MemberStatus `json:"members"`
+}
+
+// MemberStatus is one member of the group's configuration.
+type MemberStatus struct {
+	ID     string `json:"id"`
+	Raft   string `json:"raft"`
+	Client string `json:"client"` // known once the member has led ("" before)
+	Voter  bool   `json:"voter"`
+}
+
+// Status reads the node's view of the group.
+func (n *Node) Status() any {
+	st := n.Raft.Stats()
+	_, leader := n.Raft.LeaderWithID()
+	s := Status{ID: n.cfg.ID, State: stateName(n.Raft.State()), Leader: string(leader),
+		CommitIndex: atou(st["commit_index"]), AppliedIndex: n.Raft.AppliedIndex(), Term: atou(st["term"]),
+		LastContact: st["last_contact"], Members: []MemberStatus{}}
+	if f := n.Raft.GetConfiguration(); f.Error() == nil {
+		clients := n.FSM.Clients()
+		for _, srv := range f.Configuration().Servers {
+			s.Members = append(s.Members, MemberStatus{ID: string(srv.ID), Raft: string(srv.Address),
+				Client: clients[string(srv.ID)], Voter: srv.Suffrage == raft.Voter})
+		}
+	}
+	return s
+}
+
+func stateName(s raft.RaftState) string {
+	switch s {
+	case raft.Leader:
+		return "leader"
+	case raft.Follower:
+		return "follower"
+	case raft.Candidate:
+		return "candidate"
+	}
+	return "shutdown"
+}
+
+func atou(s string) uint64 {
+	n, _ := strconv.ParseUint(s, 10, 64)
+	return n
+}
+
+// errFollower names the leader for an operation only the leader does.
+func (n *Node) errFollower() error {
+	_, id := n.Raft.LeaderWithID()
+	if id == "" {
+		return errors.New("this node does not lead and no leader is known: try again after the election")
+	}
+	return fmt.Errorf("this node does not lead: ask %s", id)
+}
+
+// AddVoter adds a node to the group (or updates its address). Leader only.
+func (n *Node) AddVoter(id, raftAddr string) error {
+	if n.Raft.State() != raft.Leader {
+		return n.errFollower()
+	}
+	return n.Raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 10*time.Second).Error()
+}
+
+// Remove takes a node out of the group. Leader only.
+func (n *Node) Remove(id string) error {
+	if n.Raft.State() != raft.Leader {
+		return n.errFollower()
+	}
+	return n.Raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error()
+}
+
+// TransferLeader hands the lead to another voter. Leader only.
+func (n *Node) TransferLeader() error {
+	if n.Raft.State() != raft.Leader {
+		return n.errFollower()
+	}
+	return n.Raft.LeadershipTransfer().Error()
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+const clusterUsage = `Use: beanpole cluster COMMAND --http HOST:PORT [--token-file FILE] [ARGS]
+
+Asks a cluster node, through its --http address, about the group or to
+change it. Changes need the node's --http-token-file token and run on the
+leader (a follower answers with the leader's id).
+
+  status                         the node's view: state, leader, term,
+                                 commit and applied index, members (JSON)
+  add --id ID --raft HOST:PORT   add a node to the group as a voter
+  remove --id ID                 take a node out of the group
+  transfer-leader                hand the lead to another voter
+`
+
+// runCluster is `beanpole cluster`. Exit status: 0 done, 1 refused or
+// failed, 5 a usage error.
+func runCluster(args []string, stdout, stderr io.Writer) int {
+	usage := func(msg string) int {
+		fmt.Fprintf(stderr, "beanpole cluster: %s\n%s", msg, clusterUsage)
+		return 5
+	}
+	if len(args) == 0 {
+		return usage("a command is required")
+	}
+	cmd, opts := args[0], map[string]string{}
+	if cmd == "-h" || cmd == "--help" {
+		fmt.Fprint(stdout, clusterUsage)
+		return 0
+	}
+	for i := 1; i < len(args); i++ {
+		name, v, ok := strings.Cut(args[i], "=")
+		if !ok {
+			if i+1 == len(args) {
+				return usage(name + " needs a value")
+			}
+			i++
+			v = args[i]
+		}
+		switch name {
+		case "--http", "--token-file", "--id", "--raft":
+			opts[name] = v
+		default:
+			return usage(fmt.Sprintf("unexpected %q", args[i]))
+		}
+	}
+	if opts["--http"] == "" {
+		return usage("--http HOST:PORT is required")
+	}
+	form := url.Values{}
+	switch cmd {
+	case "status":
+		return clusterRequest(http.MethodGet, opts["--http"], "/cluster", "", nil, stdout, stderr)
+	case "add":
+		if opts["--id"] == "" || opts["--raft"] == "" {
+			return usage("add needs --id and --raft")
+		}
+		form.Set("id", opts["--id"])
+		form.Set("raft", opts["--raft"])
+	case "remove":
+		if opts["--id"] == "" {
+			return usage("remove needs --id")
+		}
+		form.Set("id", opts["--id"])
+	case "transfer-leader":
+	default:
+		return usage(fmt.Sprintf("unknown command %q", cmd))
+	}
+	var token []byte
+	if f := opts["--token-file"]; f != "" {
+		var err error
+		if token, err = readToken(f); err != nil {
+			fmt.Fprintf(stderr, "beanpole cluster: --token-file: %v\n", err)
+			return 1
+		}
+	}
+	return clusterRequest(http.MethodPost, opts["--http"], "/cluster/"+cmd, string(token), form, stdout, stderr)
+}
+
+// clusterRequest sends one request to a node's HTTP side and prints the
+// answer: on stdout when it succeeded, on stderr (exit 1) otherwise.
+func clusterRequest(method, addr, path, token string, form url.Values, stdout, stderr io.Writer) int {
+	req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(form.Encode()))
+	if err != nil {
+		fmt.Fprintf(stderr, "beanpole cluster: %v\n", err)
+		return 5
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "beanpole cluster: %v\n", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode/100 != 2 {
+		fmt.Fprintf(stderr, "beanpole cluster: %s: %s", resp.Status, body)
+		return 1
+	}
+	_, _ = stdout.Write(body)
+	return 0
+}
