@@ -19,7 +19,8 @@ leader (a follower answers with the leader's id).
                                  commit and applied index, members (JSON)
   add --id ID --raft HOST:PORT   add a node to the group as a voter
   remove --id ID                 take a node out of the group
-  transfer-leader                hand the lead to another voter
+  transfer-leader [--id ID]      hand the lead to voter ID (default: the
+                                 most up-to-date one)
 `
 
 // runCluster is `beanpole cluster`. Exit status: 0 done, 1 refused or
@@ -72,6 +73,9 @@ func runCluster(args []string, stdout, stderr io.Writer) int {
 		}
 		form.Set("id", opts["--id"])
 	case "transfer-leader":
+		if id := opts["--id"]; id != "" {
+			form.Set("id", id)
+		}
 	default:
 		return usage(fmt.Sprintf("unknown command %q", cmd))
 	}

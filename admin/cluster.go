@@ -13,7 +13,7 @@ type Cluster interface {
 	Status() any
 	AddVoter(id, raft string) error
 	Remove(id string) error
-	TransferLeader() error
+	TransferLeader(id string) error
 }
 
 // SetCluster makes /cluster answer for c; without it /cluster answers 404
@@ -69,7 +69,7 @@ func (d *dashboard) clusterAction(w http.ResponseWriter, r *http.Request) {
 		}
 		err, msg = c.Remove(id), "removed "+id
 	case "transfer-leader":
-		err, msg = c.TransferLeader(), "the lead was handed over"
+		err, msg = c.TransferLeader(r.PostForm.Get("id")), "the lead was handed over"
 	default:
 		http.Error(w, fmt.Sprintf("unknown cluster action %q (add, remove, transfer-leader)", act), http.StatusNotFound)
 		return

@@ -88,10 +88,23 @@ func (n *Node) Remove(id string) error {
 	return n.Raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error()
 }
 
-// TransferLeader hands the lead to another voter. Leader only.
-func (n *Node) TransferLeader() error {
+// TransferLeader hands the lead to the voter id, or to the most
+// up-to-date one when id is "". Leader only.
+func (n *Node) TransferLeader(id string) error {
 	if n.Raft.State() != raft.Leader {
 		return n.errFollower()
 	}
-	return n.Raft.LeadershipTransfer().Error()
+	if id == "" {
+		return n.Raft.LeadershipTransfer().Error()
+	}
+	f := n.Raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == id {
+			return n.Raft.LeadershipTransferToServer(srv.ID, srv.Address).Error()
+		}
+	}
+	return fmt.Errorf("no member has id %q", id)
 }

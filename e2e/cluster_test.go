@@ -76,19 +76,34 @@ func (tc *testCluster) start(nd *clusterNode, extra ...string) {
 		"--raft", nd.raft, "--bootstrap", tc.bootstrap, "--http", nd.http, "--http-token-file", tc.token}, extra...))
 }
 
-// status is a node's GET /cluster.
+// status is a node's GET /cluster, once it answers (a node starting up
+// answers 404 until its raft is open).
 func (tc *testCluster) status(nd *clusterNode) clusterStatus {
 	tc.t.Helper()
-	resp, err := http.Get("http://" + nd.http + "/cluster")
-	if err != nil {
-		tc.t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var st clusterStatus
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != 200 {
-		tc.t.Fatalf("GET /cluster: %s, %v", resp.Status, err)
+	var last string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + nd.http + "/cluster")
+		if err == nil {
+			if resp.StatusCode == 200 {
+				err = json.NewDecoder(resp.Body).Decode(&st)
+				resp.Body.Close()
+				if err != nil {
+					tc.t.Fatalf("GET /cluster: %v", err)
+				}
+				return st
+			}
+			last = resp.Status
+			resp.Body.Close()
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			tc.t.Fatalf("GET /cluster on %s: %s after 30 s", nd.id, last)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return st
 }
 
 type clusterStatus struct {
@@ -356,5 +371,48 @@ func TestClusterStatusJoinAndTransferThroughTheHTTPSide(t *testing.T) {
 	next := tc.leader(lead)
 	if id, _ := putUntilInserted(t, next.srv.addr, "after the transfer", 30*time.Second); id <= 1 {
 		t.Fatalf("id %d after the transfer", id)
+	}
+}
+
+func TestClusterWipedNodeCatchesUp(t *testing.T) {
+	tc := startTestCluster(t, 3)
+	lead := tc.leader()
+	c := lead.srv.dial(t)
+	for i := range 30 {
+		put(t, c, 0, 0, 60, fmt.Sprintf("job %d", i), uint64(i+1))
+	}
+	var wiped *clusterNode
+	for _, nd := range tc.nodes {
+		if nd != lead {
+			wiped = nd
+			break
+		}
+	}
+	wiped.srv.stop()
+	if err := os.RemoveAll(wiped.dir); err != nil {
+		t.Fatal(err)
+	}
+	put(t, c, 0, 0, 60, "while it was away", 31)
+	tc.start(wiped)
+	leaderApplied := tc.status(lead).AppliedIndex
+	waitFor(t, 30*time.Second, "the wiped node to apply the leader's log", func() bool {
+		return tc.status(wiped).AppliedIndex >= leaderApplied
+	})
+	// Its copy of the state is whole: it serves every job once it leads.
+	if out, err := exec.Command(target.bin, "cluster", "transfer-leader", "--http", lead.http, "--token-file", tc.token,
+		"--id", wiped.id).CombinedOutput(); err != nil {
+		t.Fatalf("transfer-leader: %v\n%s", err, out)
+	}
+	if next := tc.leader(lead); next != wiped {
+		t.Fatalf("%s leads, not the wiped node %s", next.id, wiped.id)
+	}
+	cn := wiped.srv.dial(t)
+	for i := range 31 {
+		body := fmt.Sprintf("job %d", i)
+		if i == 30 {
+			body = "while it was away"
+		}
+		mustSend(t, cn, fmt.Sprintf("peek %d\r\n", i+1))
+		expect(t, cn, fmt.Sprintf("FOUND %d %d\r\n%s\r\n", i+1, len(body), body))
 	}
 }
