@@ -341,6 +341,22 @@ func TestClusterStatusJoinAndTransferThroughTheHTTPSide(t *testing.T) {
 		}
 	}
 
+	// /readyz: 200 on the leader only, so a load balancer can route there.
+	readyz := func(nd *clusterNode) int {
+		resp, err := http.Get("http://" + nd.http + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitFor(t, 30*time.Second, "/readyz 200 on the leader", func() bool { return readyz(lead) == 200 })
+	for _, nd := range tc.nodes {
+		if code := readyz(nd); nd != lead && code != 503 {
+			t.Fatalf("%s, a follower: /readyz %d, want 503", nd.id, code)
+		}
+	}
+
 	// `beanpole cluster status` prints the same JSON.
 	out, err := exec.Command(target.bin, "cluster", "status", "--http", lead.http).Output()
 	if err != nil || !strings.Contains(string(out), `"state": "leader"`) {
