@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Cluster is what the HTTP side shows of a cluster node (GET /cluster) and
@@ -18,9 +20,14 @@ type Cluster interface {
 
 // SetCluster makes /cluster answer for c; without it /cluster answers 404
 // (the process is not a cluster node).
+// When c is also a prometheus.Collector, /metrics includes its series.
 func (s *Server) SetCluster(c Cluster) {
-	if s != nil {
-		s.cluster.Store(&c)
+	if s == nil {
+		return
+	}
+	s.cluster.Store(&c)
+	if col, ok := c.(prometheus.Collector); ok {
+		_ = s.reg.Register(col)
 	}
 }
 

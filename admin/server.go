@@ -66,6 +66,7 @@ type Server struct {
 	log   zerolog.Logger
 	// cluster, when set, is the cluster node this process is (SetCluster).
 	cluster atomic.Pointer[Cluster]
+	reg     *prometheus.Registry
 }
 
 // Listen binds opts.Addr; Serve then serves it. The state starts as
@@ -76,9 +77,9 @@ func Listen(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{ln: ln, log: opts.Log}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(&collector{src: &s.src, maxTubes: opts.MaxTubes})
-	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: promLogger{opts.Log}})
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(&collector{src: &s.src, maxTubes: opts.MaxTubes})
+	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: promLogger{opts.Log}})
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -35,6 +37,7 @@ type FSM struct {
 	leaderID, leaderClient string
 	// clients are the client addresses of every node that has led.
 	clients map[string]string
+	m       *metrics // nil in tests of the FSM alone
 }
 
 // NewFSM is an empty state.
@@ -122,7 +125,7 @@ func (f *FSM) Applied() uint64 {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := &snapshot{maxID: f.live.MaxID, jobs: make([]record.Job, 0, len(f.live.Jobs)), leader: f.leaderID + "\x00" + f.leaderClient}
+	s := &snapshot{m: f.m, maxID: f.live.MaxID, jobs: make([]record.Job, 0, len(f.live.Jobs)), leader: f.leaderID + "\x00" + f.leaderClient}
 	for _, j := range f.live.Jobs {
 		s.jobs = append(s.jobs, *j)
 	}
@@ -139,13 +142,16 @@ const snapMagic = "beanpole-cluster-1\n"
 const maxSnapRecord = 1<<30 + 1<<16
 
 type snapshot struct {
+	m      *metrics
 	maxID  uint64
 	jobs   []record.Job
 	leader string
 }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	w := bufio.NewWriterSize(sink, 256<<10)
+	start := time.Now()
+	cw := &countingWriter{w: sink}
+	w := bufio.NewWriterSize(cw, 256<<10)
 	var hdr []byte
 	hdr = append(hdr, snapMagic...)
 	hdr = binary.LittleEndian.AppendUint64(hdr, s.maxID)
@@ -168,7 +174,23 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 		_ = sink.Cancel()
 		return err
 	}
+	if s.m != nil {
+		s.m.snapSeconds.Store(math.Float64bits(time.Since(start).Seconds()))
+		s.m.snapBytes.Store(cw.n)
+	}
 	return sink.Close()
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n uint64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += uint64(n)
+	return n, err
 }
 
 func (s *snapshot) Release() {}

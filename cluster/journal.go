@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/beanpole/beanpole/record"
 )
@@ -35,17 +36,19 @@ type Journal struct {
 	failed error
 	wake   chan struct{}
 
-	flight chan inflight
-	done   chan struct{}
+	flight  chan inflight
+	done    chan struct{}
+	latency prometheus.Observer // apply to commit, per entry
 }
 
 type inflight struct {
 	f    raft.ApplyFuture
 	acks []record.Ack
+	at   time.Time
 }
 
-func newJournal(r *raft.Raft) *Journal {
-	j := &Journal{r: r, wake: make(chan struct{}, 1), flight: make(chan inflight, maxInFlight), done: make(chan struct{})}
+func newJournal(r *raft.Raft, latency prometheus.Observer) *Journal {
+	j := &Journal{r: r, latency: latency, wake: make(chan struct{}, 1), flight: make(chan inflight, maxInFlight), done: make(chan struct{})}
 	go j.batcher()
 	go j.completer()
 	return j
@@ -164,7 +167,7 @@ func (j *Journal) batcher() {
 		if len(acks) == 0 {
 			continue
 		}
-		j.flight <- inflight{f: j.r.Apply(entry, 0), acks: acks}
+		j.flight <- inflight{f: j.r.Apply(entry, 0), acks: acks, at: time.Now()}
 	}
 }
 
@@ -173,6 +176,7 @@ func (j *Journal) batcher() {
 func (j *Journal) completer() {
 	for p := range j.flight {
 		err := p.f.Error()
+		j.latency.Observe(time.Since(p.at).Seconds())
 		if err == nil {
 			if e, ok := p.f.Response().(error); ok {
 				err = e

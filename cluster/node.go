@@ -69,6 +69,7 @@ type Node struct {
 	wal     *wal.WAL
 	trans   raft.Transport
 	leading chan bool
+	m       *metrics
 	// Fresh: the directory held no state when the node opened.
 	Fresh bool
 	// confirmed is when the last round that confirmed the lead started.
@@ -127,7 +128,9 @@ func Open(cfg Config) (*Node, error) {
 	leading := make(chan bool, 16)
 	rc.NotifyCh = leading
 
+	m := newMetrics()
 	fsm := NewFSM()
+	fsm.m = m
 	has, err := raft.HasExistingState(w, w, snaps)
 	if err != nil {
 		w.Close()
@@ -148,7 +151,9 @@ func Open(cfg Config) (*Node, error) {
 		w.Close()
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	return &Node{Raft: r, FSM: fsm, cfg: cfg, wal: w, trans: trans, leading: leading, Fresh: !has}, nil
+	nd := &Node{Raft: r, FSM: fsm, cfg: cfg, wal: w, trans: trans, leading: leading, Fresh: !has, m: m}
+	nd.watchLeader()
+	return nd, nil
 }
 
 // AwaitLeadership waits until this node leads and has applied every entry
@@ -171,7 +176,7 @@ func (n *Node) AwaitLeadership(ctx context.Context) (*Journal, error) {
 	}
 	n.confirmed.Store(&start)
 	go n.confirmLead()
-	return newJournal(n.Raft), nil
+	return newJournal(n.Raft, n.m.apply), nil
 }
 
 // confirmLead asks a majority, over and over, whether this node still

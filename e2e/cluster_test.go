@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -366,6 +367,20 @@ func TestClusterStatusJoinAndTransferThroughTheHTTPSide(t *testing.T) {
 	if out, err := exec.Command(target.bin, "cluster", "transfer-leader", "--http", lead.http).CombinedOutput(); err == nil ||
 		!strings.Contains(string(out), "401 Unauthorized") {
 		t.Fatalf("transfer-leader without the token: %v\n%s", err, out)
+	}
+
+	// /metrics has raft's figures: the leader's state, its commits' latency.
+	resp, err := http.Get("http://" + lead.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scrape, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`beanpole_raft_state{state="leader"} 1`, `beanpole_raft_state{state="follower"} 0`,
+		`beanpole_raft_leader{id="` + lead.id + `"} 1`, "beanpole_raft_apply_seconds_count ", "beanpole_raft_leader_changes_total "} {
+		if !strings.Contains(string(scrape), want) {
+			t.Fatalf("the leader's /metrics has no %q", want)
+		}
 	}
 
 	// A fourth node joins through the leader's HTTP side.
