@@ -49,7 +49,8 @@ soak:
 # The long searches for concurrency bugs, against a -race server: the
 # randomized model-checked test for STRESS_TIME (default 30m, split across
 # its modes), then the pipelined delete+reserve racing a put for 100,000
-# rounds per mode (4 pairs x 25,000).
+# rounds per mode (4 pairs x 25,000), then the cluster's randomized fault
+# test for 5 minutes.
 STRESS_TIME ?= 30m
 stress:
 	$(GO) build -race -o bin/beanpole-race .
@@ -57,6 +58,8 @@ stress:
 		$(GO) test -count=1 -timeout 0 -v -run 'TestRandomizedClientsAgainstModel' ./e2e
 	BEANPOLE_TEST_BIN=$(CURDIR)/bin/beanpole-race BEANPOLE_CORE_ROUNDS=25000 \
 		$(GO) test -count=1 -timeout 0 -v -run 'TestCoreDeleteReserveRacesPut' ./e2e
+	BEANPOLE_TEST_BIN=$(CURDIR)/bin/beanpole-race BEANPOLE_CLUSTER_RANDOM_DURATION=5m \
+		$(GO) test -count=1 -timeout 0 -v -run 'TestClusterRandomizedFaults' ./e2e
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=5m ./codec

@@ -1,0 +1,320 @@
+package e2e
+
+// The cluster's searching test: producers and workers on every node's
+// address, while the leader is killed (-9), stopped and resumed (SIGSTOP,
+// SIGCONT) and followers are killed, each dead node restarted as a
+// supervisor would. Every reply is checked against what the clients have
+// seen so far, and at the end, with every node back, the queue is drained
+// and compared with what was acknowledged:
+//
+//   - ids are unique and a put's id is above every id acknowledged before
+//     the put was sent (ids keep increasing across leaders);
+//   - a reserved job's body is the one its put carried (no id reused);
+//   - a job whose delete was acknowledged is never reserved again, and no
+//     two deletes of one job both succeed (never held by two workers);
+//   - every job whose put was acknowledged and whose delete was never sent
+//     is still there at the end (nothing acknowledged is lost).
+//
+// BEANPOLE_CLUSTER_RANDOM_DURATION (default 12s) sets the faulty phase.
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+type clusterHistory struct {
+	mu        sync.Mutex
+	bodyOf    map[uint64]string // acknowledged puts
+	idOf      map[string]uint64
+	sent      map[string]bool // every put body sent
+	maxAcked  uint64
+	delSent   map[uint64]bool // a delete was sent (its outcome may be unknown)
+	deleted   map[uint64]int  // acknowledged deletes, by worker
+	failures  []string
+	puts, del int
+}
+
+func (h *clusterHistory) fail(format string, a ...any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.failures) < 20 {
+		h.failures = append(h.failures, fmt.Sprintf(format, a...))
+	}
+}
+
+// nodeAddrs is the current client address of each node that runs.
+func (tc *testCluster) liveAddrs(mu *sync.Mutex) []string {
+	mu.Lock()
+	defer mu.Unlock()
+	var out []string
+	for _, nd := range tc.nodes {
+		if nd.srv != nil && !exited(nd.srv) {
+			out = append(out, nd.srv.addr)
+		}
+	}
+	return out
+}
+
+// wire is one client connection with a reader.
+type wire struct {
+	nc net.Conn
+	r  *bufio.Reader
+}
+
+func dialAny(addrs []string) *wire {
+	if len(addrs) == 0 {
+		return nil
+	}
+	nc, err := net.DialTimeout("tcp", addrs[rand.IntN(len(addrs))], 2*time.Second)
+	if err != nil {
+		return nil
+	}
+	return &wire{nc: nc, r: bufio.NewReader(nc)}
+}
+
+// call sends cmd and reads one reply line (and a body for RESERVED).
+func (w *wire) call(cmd string) (line, body string, err error) {
+	w.nc.SetDeadline(time.Now().Add(15 * time.Second))
+	if _, err = w.nc.Write([]byte(cmd)); err != nil {
+		return "", "", err
+	}
+	if line, err = w.r.ReadString('\n'); err != nil {
+		return "", "", err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if strings.HasPrefix(line, "RESERVED ") {
+		f := strings.Fields(line)
+		n, _ := strconv.Atoi(f[2])
+		b := make([]byte, n+2)
+		if _, err = io.ReadFull(w.r, b); err != nil {
+			return "", "", err
+		}
+		body = string(b[:n])
+	}
+	return line, body, nil
+}
+
+func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
+	dur := 12 * time.Second
+	if v := os.Getenv("BEANPOLE_CLUSTER_RANDOM_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dur = d
+	}
+	tc := startTestCluster(t, 3)
+	tc.leader()
+	var nodesMu sync.Mutex // guards each node's srv while the supervisor restarts it
+	h := &clusterHistory{bodyOf: map[uint64]string{}, idOf: map[string]uint64{}, sent: map[string]bool{},
+		delSent: map[uint64]bool{}, deleted: map[uint64]int{}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+
+	for p := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var w *wire
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if w == nil {
+					if w = dialAny(tc.liveAddrs(&nodesMu)); w == nil {
+						time.Sleep(20 * time.Millisecond)
+						continue
+					}
+				}
+				body := fmt.Sprintf("p%d-%d", p, n)
+				h.mu.Lock()
+				h.sent[body] = true
+				floor := h.maxAcked
+				h.mu.Unlock()
+				line, _, err := w.call(fmt.Sprintf("put 0 0 120 %d\r\n%s\r\n", len(body), body))
+				if err != nil {
+					w.nc.Close()
+					w = nil
+					continue
+				}
+				id, perr := strconv.ParseUint(strings.TrimPrefix(line, "INSERTED "), 10, 64)
+				if perr != nil {
+					if line != "INTERNAL_ERROR" { // a leader that lost the lead refuses
+						h.fail("put %s: %q", body, line)
+					}
+					w.nc.Close()
+					w = nil
+					continue
+				}
+				h.mu.Lock()
+				if _, dup := h.bodyOf[id]; dup {
+					h.failures = append(h.failures, fmt.Sprintf("id %d acknowledged twice (%s and %s)", id, h.bodyOf[id], body))
+				}
+				if id <= floor {
+					h.failures = append(h.failures, fmt.Sprintf("put %s got id %d, not above %d acknowledged before it was sent", body, id, floor))
+				}
+				h.bodyOf[id], h.idOf[body] = body, id
+				h.maxAcked = max(h.maxAcked, id)
+				h.puts++
+				h.mu.Unlock()
+			}
+		}()
+	}
+	for wk := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var w *wire
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if w == nil {
+					if w = dialAny(tc.liveAddrs(&nodesMu)); w == nil {
+						time.Sleep(20 * time.Millisecond)
+						continue
+					}
+				}
+				line, body, err := w.call("reserve-with-timeout 1\r\n")
+				if err != nil || !strings.HasPrefix(line, "RESERVED ") {
+					if err != nil || (line != "TIMED_OUT" && line != "DEADLINE_SOON") {
+						w.nc.Close()
+						w = nil
+					}
+					continue
+				}
+				id, _ := strconv.ParseUint(strings.Fields(line)[1], 10, 64)
+				h.mu.Lock()
+				if b, ok := h.bodyOf[id]; ok && b != body {
+					h.failures = append(h.failures, fmt.Sprintf("job %d reserved with body %q, put with %q", id, body, b))
+				} else if !ok && !h.sent[body] {
+					h.failures = append(h.failures, fmt.Sprintf("job %d reserved with body %q, which no put sent", id, body))
+				}
+				if by, ok := h.deleted[id]; ok {
+					h.failures = append(h.failures, fmt.Sprintf("job %d reserved by worker %d after worker %d's delete was acknowledged", id, wk, by))
+				}
+				h.delSent[id] = true
+				h.mu.Unlock()
+				line, _, err = w.call(fmt.Sprintf("delete %d\r\n", id))
+				if err != nil || line != "DELETED" {
+					w.nc.Close()
+					w = nil
+					continue
+				}
+				h.mu.Lock()
+				if by, ok := h.deleted[id]; ok {
+					h.failures = append(h.failures, fmt.Sprintf("job %d deleted by worker %d and by worker %d: held by two at once", id, by, wk))
+				}
+				h.deleted[id] = wk
+				h.del++
+				h.mu.Unlock()
+			}
+		}()
+	}
+
+	// Faults, one node down at a time, and a supervisor that restarts the
+	// dead (killed, or exited 75 after losing the lead).
+	restart := func() {
+		nodesMu.Lock()
+		defer nodesMu.Unlock()
+		for _, nd := range tc.nodes {
+			if exited(nd.srv) {
+				tc.start(nd)
+			}
+		}
+	}
+	faults := map[string]int{}
+	end := time.Now().Add(dur)
+	for time.Now().Before(end) {
+		time.Sleep(time.Duration(800+rand.IntN(1200)) * time.Millisecond)
+		lead := tc.leader()
+		switch f := rand.IntN(3); f {
+		case 0:
+			lead.srv.stop()
+			faults["kill -9 the leader"]++
+		case 1:
+			lead.srv.signal(t, syscall.SIGSTOP)
+			time.Sleep(time.Duration(1200+rand.IntN(800)) * time.Millisecond)
+			lead.srv.signal(t, syscall.SIGCONT)
+			faults["SIGSTOP, SIGCONT the leader"]++
+		case 2:
+			for _, nd := range tc.nodes {
+				if nd != lead {
+					nd.srv.stop()
+					break
+				}
+			}
+			faults["kill -9 a follower"]++
+		}
+		time.Sleep(time.Duration(300+rand.IntN(700)) * time.Millisecond)
+		waitFor(t, 30*time.Second, "a deposed leader to exit", func() bool {
+			for _, nd := range tc.nodes {
+				if !exited(nd.srv) && strings.Contains(nd.srv.out.String(), "lost the lead") {
+					return false
+				}
+			}
+			return true
+		})
+		restart()
+	}
+	close(stop)
+	wg.Wait()
+	restart()
+	lead := tc.leader()
+	t.Logf("faults %v; %d puts and %d deletes acknowledged", faults, h.puts, h.del)
+
+	// Drain through the leader: every acknowledged put whose delete was
+	// never sent must be there.
+	c := lead.srv.dial(t)
+	found := map[uint64]bool{}
+	for {
+		mustSend(t, c, "reserve-with-timeout 0\r\n")
+		line := readLine(t, c)
+		if line == "TIMED_OUT" {
+			break
+		}
+		f := strings.Fields(line)
+		if len(f) != 3 || f[0] != "RESERVED" {
+			t.Fatalf("drain: %q", line)
+		}
+		id, _ := strconv.ParseUint(f[1], 10, 64)
+		n, _ := strconv.Atoi(f[2])
+		body := readN(t, c, n+2, defaultTimeout)
+		found[id] = true
+		if b, ok := h.bodyOf[id]; ok && b+"\r\n" != body {
+			h.fail("drain: job %d has body %q, put with %q", id, body, b)
+		}
+		if _, ok := h.deleted[id]; ok {
+			h.fail("drain: job %d is back after its delete was acknowledged", id)
+		}
+		mustSend(t, c, fmt.Sprintf("delete %d\r\n", id))
+		expect(t, c, "DELETED\r\n")
+	}
+	lost := 0
+	for id, body := range h.bodyOf {
+		if !found[id] && !h.delSent[id] {
+			lost++
+			h.fail("job %d (%s) was acknowledged and never deleted, and is gone", id, body)
+		}
+	}
+	if h.puts == 0 || h.del == 0 {
+		h.fail("the workload made no progress: %d puts, %d deletes acknowledged", h.puts, h.del)
+	}
+	for _, f := range h.failures {
+		t.Error(f)
+	}
+}
