@@ -154,7 +154,7 @@ func readUpstream(fsys FS, dir string, seqs []uint64) (*upstream.Replay, error) 
 		}
 		f.Close()
 		if errors.Is(err, upstream.ErrRefused) {
-			return nil, fmt.Errorf("%w: binlog import refused: %v. Nothing was changed", ErrFormat, err)
+			return nil, refusedError{err}
 		}
 		if errors.Is(err, upstream.ErrVersion) {
 			return nil, fmt.Errorf("%w: %v", ErrFormat, err)
@@ -165,6 +165,17 @@ func readUpstream(fsys FS, dir string, seqs []uint64) (*upstream.Replay, error) 
 	}
 	return rp, nil
 }
+
+// refusedError refuses a binlog that must not be imported at all, even
+// with its damage accepted (upstream.ErrRefused). errors.Is(err,
+// ErrFormat) holds.
+type refusedError struct{ err error }
+
+func (e refusedError) Error() string {
+	return "binlog import refused: " + e.err.Error() + ". Nothing was changed"
+}
+
+func (e refusedError) Unwrap() []error { return []error{ErrFormat, e.err} }
 
 // inUse reports whether a running server (beanstalkd or beanpole) holds
 // dir's lock. It creates nothing: no lock file, no lock to take.
