@@ -63,16 +63,19 @@ func importUpstream(opts Options, log zerolog.Logger, acceptDamage bool) (*Impor
 	if err != nil || len(files.up) == 0 {
 		return nil, err
 	}
-	set := files.foreign()
-	if err := checkArchive(dir, set); err != nil {
+	if err := checkArchive(dir, files.aside()); err != nil {
 		return nil, err
 	}
-	rp, err := readUpstream(fsys, dir, set)
+	for _, s := range files.skipped(dir) {
+		log.Warn().Msg("binlog import: " + s)
+	}
+	rp, err := readUpstream(fsys, dir, files.foreign())
 	if err != nil {
 		return nil, err
 	}
 	jobs := rp.Jobs()
 	rep := newImportReport(dir, rp, jobs)
+	rep.Skipped = files.skipped(dir)
 	if bad := rep.Refused(); len(bad) > 0 && !acceptDamage {
 		return rep, &damageError{dir: dir, damage: bad}
 	}
@@ -141,6 +144,7 @@ func PlanImport(dir string) (*ImportReport, error) {
 		return nil, err
 	}
 	rep := newImportReport(dir, rp, rp.Jobs())
+	rep.Skipped = files.skipped(dir)
 	rep.InUse = inUse(dir)
 	return rep, nil
 }

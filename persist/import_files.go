@@ -1,9 +1,11 @@
 package persist
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
 
@@ -19,12 +21,44 @@ type binlogFiles struct {
 	up, blank []uint64
 	// ours is one of beanpole's segments, if the directory holds any.
 	ours string
+	// odd are the binlog.N that are not regular files (a named pipe, a
+	// directory, a device): never opened, since opening a named pipe
+	// waits for a writer, but moved aside with upstream's files so that
+	// beanpole's own log never meets them either.
+	odd []oddFile
+}
+
+// oddFile is a binlog.N that is not a regular file.
+type oddFile struct {
+	seq  uint64
+	what string // "a named pipe", ...
 }
 
 // foreign are the files that are not beanpole's, in order: what the
-// import reads and then moves aside, when up is not empty.
+// import reads, when up is not empty.
 func (b binlogFiles) foreign() []uint64 {
 	return slices.Sorted(slices.Values(append(slices.Clone(b.up), b.blank...)))
+}
+
+// aside are the files the import moves aside: the foreign ones and the
+// odd ones, in order.
+func (b binlogFiles) aside() []uint64 {
+	seqs := b.foreign()
+	for _, o := range b.odd {
+		seqs = append(seqs, o.seq)
+	}
+	slices.Sort(seqs)
+	return seqs
+}
+
+// skipped says, for an operator, which files the import does not read.
+func (b binlogFiles) skipped(dir string) []string {
+	var s []string
+	for _, o := range b.odd {
+		s = append(s, fmt.Sprintf("%s is %s, not a regular file: it is not read; the import moves it to %s with upstream's files",
+			join(dir, segName(o.seq)), o.what, join(dir, importArchive)))
+	}
+	return s
 }
 
 // classify sorts dir's binlog.N files by their first bytes. It only
@@ -38,6 +72,14 @@ func classify(fsys FS, dir string) (binlogFiles, error) {
 	for _, n := range names {
 		seq, ok := parseSegName(n)
 		if !ok {
+			continue
+		}
+		st, err := os.Stat(join(dir, n))
+		if err != nil {
+			return b, importErr(err)
+		}
+		if !st.Mode().IsRegular() {
+			b.odd = append(b.odd, oddFile{seq: seq, what: fileKind(st.Mode())})
 			continue
 		}
 		head, err := readHead(fsys, join(dir, n))
@@ -55,11 +97,27 @@ func classify(fsys FS, dir string) (binlogFiles, error) {
 	}
 	slices.Sort(b.up)
 	slices.Sort(b.blank)
+	slices.SortFunc(b.odd, func(x, y oddFile) int { return cmp.Compare(x.seq, y.seq) })
 	if len(b.up) > 0 && b.ours != "" {
 		return b, fmt.Errorf("%w: %s holds both upstream beanstalkd's binlog (%s) and beanpole's (%s); move one of them elsewhere",
 			ErrFormat, dir, segName(b.up[0]), b.ours)
 	}
 	return b, nil
+}
+
+// fileKind names the kind of a file that is not a regular one.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m.IsDir():
+		return "a directory"
+	}
+	return "a special file (" + m.String() + ")"
 }
 
 func isUpstream(head []byte) bool {
@@ -95,6 +153,9 @@ func readUpstream(fsys FS, dir string, seqs []uint64) (*upstream.Replay, error) 
 			err = rp.ReadFile(seq, f, size)
 		}
 		f.Close()
+		if errors.Is(err, upstream.ErrRefused) {
+			return nil, refusedError{err}
+		}
 		if errors.Is(err, upstream.ErrVersion) {
 			return nil, fmt.Errorf("%w: %v", ErrFormat, err)
 		}
@@ -104,6 +165,17 @@ func readUpstream(fsys FS, dir string, seqs []uint64) (*upstream.Replay, error) 
 	}
 	return rp, nil
 }
+
+// refusedError refuses a binlog that must not be imported at all, even
+// with its damage accepted (upstream.ErrRefused). errors.Is(err,
+// ErrFormat) holds.
+type refusedError struct{ err error }
+
+func (e refusedError) Error() string {
+	return "binlog import refused: " + e.err.Error() + ". Nothing was changed"
+}
+
+func (e refusedError) Unwrap() []error { return []error{ErrFormat, e.err} }
 
 // inUse reports whether a running server (beanstalkd or beanpole) holds
 // dir's lock. It creates nothing: no lock file, no lock to take.

@@ -48,7 +48,7 @@ func finishImport(fsys FS, dir string, log zerolog.Logger) error {
 	// first, so a segment of beanpole's in DIR means step 3 is done. DIR
 	// never holds both logs.
 	if files.ours == "" {
-		set := files.foreign()
+		set := files.aside()
 		if err := os.MkdirAll(archive, 0o700); err != nil {
 			return importErr(err)
 		}

@@ -22,6 +22,9 @@ type ImportReport struct {
 	MaxID  uint64
 	Tubes  []TubeCount // by name
 	Damage []upstream.Damage
+	// Skipped says which binlog.N were not read because they are not
+	// regular files.
+	Skipped []string
 	// Interrupted: a crash stopped an import after the new log was
 	// complete; only moving files was left, which Open finishes. The
 	// counts above are not known then.
@@ -100,6 +103,9 @@ func (r *ImportReport) String() string {
 		r.Jobs, ready, delayed, buried, r.MaxID, r.MaxID+1)
 	for _, t := range r.Tubes {
 		fmt.Fprintf(&b, "  tube %q: %d ready, %d delayed, %d buried\n", t.Tube, t.Ready, t.Delayed, t.Buried)
+	}
+	for _, s := range r.Skipped {
+		fmt.Fprintf(&b, "skipped: %s\n", s)
 	}
 	for _, d := range r.Damage {
 		what := "damage"

@@ -69,6 +69,18 @@
 // be seen at all, by beanstalkd or here: an update record cut by a power
 // loss after the first bytes of its created-at field reads as a delete.
 //
+// A gap in the run is one entry however many files it spans. The search
+// for data past the records skips the holes of the preallocation when the
+// file can say where they are (DataSeeker), rather than read them as
+// zeros.
+//
+// Two things are refused outright, not read as damage (ErrRefused): a
+// record naming job id 2^64-1, which no id can follow, so that the jobs
+// put after the import would reuse ids; and a file whose header declares
+// version 5 or 7 but whose records do not read under it and do under the
+// other version, where reading the records as damage would probe them
+// under the wrong layout and find nonsense ids.
+//
 // Three choices differ from beanstalkd's: a torn record of a job already
 // known leaves the job as its earlier records had it (beanstalkd drops the
 // job); a full record whose body does not end in CRLF is refused

@@ -2,8 +2,10 @@ package upstream
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -52,6 +54,7 @@ type Replay struct {
 	last     uint64
 	versions []uint32
 	damage   []Damage
+	lastIDAt string // where a record names the largest id, if one does
 }
 
 // NewReplay starts the replay of the binlog in dir.
@@ -71,9 +74,15 @@ func (rp *Replay) ReadFile(seq uint64, r io.ReaderAt, size int64) error {
 	if seq <= rp.last {
 		return fmt.Errorf("%s: read after binlog.%d: files must be read in order", rp.path(seq), rp.last)
 	}
-	for m := rp.last + 1; rp.last != 0 && m < seq; m++ {
-		rp.damage = append(rp.damage, Damage{File: rp.path(m),
-			Why: fmt.Sprintf("missing, though binlog.%d and binlog.%d are there; whatever it held is lost", rp.last, seq)})
+	if rp.last != 0 && seq-rp.last > 1 {
+		// One entry for the whole gap, however wide: a stray binlog.N of
+		// a large N must not cost memory in proportion to N.
+		why := fmt.Sprintf("missing, though binlog.%d and binlog.%d are there; whatever it held is lost", rp.last, seq)
+		if n := seq - rp.last - 1; n > 1 {
+			why = fmt.Sprintf("missing, and so is every file up to binlog.%d (%d files), though binlog.%d and binlog.%d are there; whatever they held is lost",
+				seq-1, n, rp.last, seq)
+		}
+		rp.damage = append(rp.damage, Damage{File: rp.path(rp.last + 1), Why: why})
 	}
 	rp.last = seq
 	rp.files++
@@ -103,6 +112,9 @@ func (rp *Replay) ReadFile(seq uint64, r io.ReaderAt, size int64) error {
 		rp.versions = append(rp.versions, v)
 	}
 	sc, err := scanFile(src, lay, func(rec *record) error { return rp.apply(seq, lay, rec) })
+	if err == nil && sc.records == 0 && sc.fault != nil && sc.fault.off == headerSize {
+		err = mismatch(src, lay, sc.fault)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", rp.path(seq), err)
 	}
@@ -117,18 +129,68 @@ func (rp *Replay) ReadFile(seq uint64, r io.ReaderAt, size int64) error {
 			d.LaterPartial = !whole
 			// Unverified, but never to be handed out again either.
 			for _, id := range d.Later {
-				rp.maxID = max(rp.maxID, id)
+				rp.noteID(id, "a record found past the damage at offset %d", f.off)
 			}
 		}
 		rp.damage = append(rp.damage, d)
 	}
+	if rp.lastIDAt != "" {
+		return fmt.Errorf("%s: %w", rp.path(seq), lastIDError(rp.lastIDAt))
+	}
 	return nil
 }
+
+// noteID counts id among the ids handed out; where, with off, says where
+// it was found.
+func (rp *Replay) noteID(id uint64, where string, off int64) {
+	rp.maxID = max(rp.maxID, id)
+	if id == math.MaxUint64 && rp.lastIDAt == "" {
+		rp.lastIDAt = fmt.Sprintf(where, off)
+	}
+}
+
+// lastIDError refuses a binlog naming the largest job id: no id can follow
+// it, so every job put after the import would get an id already used.
+func lastIDError(at string) error {
+	return refusal(fmt.Sprintf("%s names job id %d, the largest there is: the jobs put after the import could only get ids already used."+
+		" beanstalkd never comes near that id: the binlog is damaged, or not beanstalkd's", at, uint64(math.MaxUint64)))
+}
+
+// mismatch checks a file whose very first record cannot be read under
+// the version its header declares: if its records read under the other
+// version, the header does not match the data, and the file is refused
+// rather than read as damage (probing it under the wrong version would
+// find nonsense ids). f is the fault under the declared version.
+func mismatch(src source, lay layout, f *fault) error {
+	other := layout5
+	if lay.version == 5 {
+		other = layout7
+	}
+	sc, err := scanFile(src, other, func(*record) error { return nil })
+	if err != nil || sc.records == 0 || (sc.fault != nil && !sc.torn && sc.records < 2) {
+		return err
+	}
+	return refusal(fmt.Sprintf("the header says binlog version %d, but the records are those of version %d"+
+		" (%d of them read as version %d; read as version %d the first, at offset %d, fails: %s):"+
+		" the header does not match the data, and reading it either way would be guessing",
+		lay.version, other.version, sc.records, other.version, lay.version, f.off, f.why))
+}
+
+// ErrRefused is what the errors for a binlog that must not be imported
+// at all wrap: one naming the largest job id, or whose header does not
+// match its records.
+var ErrRefused = errors.New("upstream binlog refused")
+
+// refusal says, in words for an operator, why a binlog is refused.
+type refusal string
+
+func (e refusal) Error() string { return string(e) }
+func (e refusal) Unwrap() error { return ErrRefused }
 
 // apply folds one record in; it refuses a record only before changing
 // anything.
 func (rp *Replay) apply(seq uint64, lay layout, r *record) error {
-	rp.maxID = max(rp.maxID, r.id)
+	rp.noteID(r.id, "the record at offset %d", r.off)
 	j := rp.jobs[r.id]
 	switch {
 	case j == nil && !r.full():

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -13,6 +14,18 @@ type source interface {
 	// slice is valid until the next call.
 	at(off int64, n int) ([]byte, error)
 	size() int64
+	// dataFrom is the offset of the first byte at or after off that is
+	// not in a hole of the file, or -1 if only holes follow: a hole reads
+	// as zeros, so the search for data past the records need not read it.
+	dataFrom(off int64) (int64, error)
+}
+
+// DataSeeker is what a file offers, when it can, to let the reading skip
+// its holes: the offset of the first byte at or after off that is not in
+// a hole (lseek's SEEK_DATA), or io.EOF when only holes follow. Upstream's
+// files are preallocated, and the preallocation mostly reads as holes.
+type DataSeeker interface {
+	SeekData(off int64) (int64, error)
 }
 
 // windowSize is how much of a file a window reads at once: records are
@@ -32,6 +45,23 @@ type window struct {
 func newWindow(r io.ReaderAt, size int64) *window { return &window{r: r, n: size} }
 
 func (w *window) size() int64 { return w.n }
+
+func (w *window) dataFrom(off int64) (int64, error) {
+	ds, ok := w.r.(DataSeeker)
+	if !ok {
+		return off, nil
+	}
+	d, err := ds.SeekData(off)
+	switch {
+	case errors.Is(err, io.EOF):
+		return -1, nil
+	case err != nil:
+		return 0, err
+	case d >= w.n:
+		return -1, nil
+	}
+	return max(d, off), nil
+}
 
 func (w *window) at(off int64, n int) ([]byte, error) {
 	if off >= w.n {
@@ -63,6 +93,8 @@ type memory []byte
 
 func (m memory) size() int64 { return int64(len(m)) }
 
+func (m memory) dataFrom(off int64) (int64, error) { return off, nil }
+
 func (m memory) at(off int64, n int) ([]byte, error) {
 	if off >= int64(len(m)) {
 		return nil, nil
@@ -74,6 +106,10 @@ func (m memory) at(off int64, n int) ([]byte, error) {
 // not zero, or -1 if there is none.
 func firstNonZero(src source, from int64) (int64, error) {
 	for off := from; off < src.size(); {
+		var err error
+		if off, err = src.dataFrom(off); err != nil || off < 0 {
+			return -1, err
+		}
 		b, err := src.at(off, windowSize)
 		if err != nil {
 			return 0, err
