@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/beanpole/beanpole/persist"
-	"github.com/rs/zerolog"
 )
 
 const importUsage = `Use: beanpole import -b DIR [--dry-run] [--accept-damage]
@@ -81,7 +80,7 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
-	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, NoColor: true}).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+	log := newLogger(stderr, 0, false)
 	rep, err := persist.Import(persist.Options{Dir: dir, WantSync: true}, accept, log)
 	switch {
 	case err != nil:
