@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -265,11 +266,9 @@ func openBinlog(cfg *config.Config, eng *engine.Engine, log zerolog.Logger, stde
 	start := time.Now()
 	blog, rec, err := persist.Open(opts, log.With().Str("component", "binlog").Logger())
 	if err != nil {
-		fmt.Fprintf(stderr, "beanpole: -b %s: %v\n", cfg.BinlogDir, err)
-		if errors.Is(err, persist.ErrFormat) {
-			return nil, 1
-		}
-		return nil, 10 // upstream: "failed to lock wal dir", exit 10
+		// Upstream exits 10 ("failed to lock wal dir") whenever it cannot
+		// use the directory.
+		return nil, binlogFailure(stderr, "beanpole", cfg.BinlogDir, err, config.ExitLocked)
 	}
 	for _, p := range rec.Problems {
 		log.Error().Str("problem", p.String()).Msg("binlog damage found during recovery; the server starts with what could be read")
@@ -319,4 +318,30 @@ func listenerName(ln net.Listener) string {
 		return "unix:" + a.String()
 	}
 	return ln.Addr().String()
+}
+
+// binlogFailure reports why dir could not be used as a binlog directory,
+// with what to do about it, and returns the exit code: ExitLocked when a
+// server holds it, ExitReadOnly or ExitPermission when it cannot be
+// written, 1 for a format this version cannot read, otherwise fallback.
+func binlogFailure(stderr io.Writer, prog, dir string, err error, fallback int) int {
+	fmt.Fprintf(stderr, "%s: -b %s: %v\n", prog, dir, err)
+	// The switch from beanstalkd is the usual way into a directory of
+	// another user's or on a read-only file system.
+	switch code := config.ExitCodeForDir(err); {
+	case errors.Is(err, persist.ErrLocked):
+		fmt.Fprintf(stderr, "%s: another server (beanstalkd or beanpole) holds %s: stop it first\n", prog, filepath.Join(dir, "lock"))
+		return config.ExitLocked
+	case errors.Is(err, persist.ErrFormat):
+		return 1
+	case code == config.ExitReadOnly:
+		fmt.Fprintf(stderr, "%s: %s is read-only here (under systemd's ProtectSystem=strict only the unit's StateDirectory, /var/lib/beanpole, is writable); to switch from beanstalkd, `beanpole import --from %s -b /var/lib/beanpole`, run as root, imports its binlog without changing it\n",
+			prog, dir, dir)
+		return code
+	case code == config.ExitPermission:
+		fmt.Fprintf(stderr, "%s: permission denied: uid %d may not write %s or read its files; to switch from beanstalkd, `beanpole import --from %s -b /var/lib/beanpole`, run as root, imports its binlog for beanpole's user without changing it\n",
+			prog, os.Geteuid(), dir, dir)
+		return code
+	}
+	return fallback
 }

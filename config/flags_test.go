@@ -11,6 +11,7 @@ import (
 // usageText is the exact -h text, spelled out so that any change to it is a
 // deliberate, reviewed one.
 const usageText = `Use: beanpole [OPTIONS]
+     beanpole import -b DIR [--from SRC] [--dry-run] [--accept-damage]
 
 beanpole is a drop-in replacement for beanstalkd and accepts the same options.
 
@@ -51,6 +52,10 @@ Long options:
             /metrics (default is 1000)
  --log-json
             log one JSON object a line instead of the console format
+
+beanpole import carries the jobs of beanstalkd's binlog over into beanpole's log
+and exits (beanstalkd's binlog in DIR, or read from SRC into DIR without
+changing SRC); beanpole import -h says more.
 `
 
 // with returns the defaults changed by f, for compact table entries.
