@@ -335,11 +335,11 @@ func binlogFailure(stderr io.Writer, prog, dir string, err error, fallback int) 
 	case errors.Is(err, persist.ErrFormat):
 		return 1
 	case code == config.ExitReadOnly:
-		fmt.Fprintf(stderr, "%s: %s is read-only here (under systemd's ProtectSystem=strict only the unit's StateDirectory, /var/lib/beanpole, is writable); to switch from beanstalkd, `beanpole import --from %s -b /var/lib/beanpole`, run as root, imports its binlog without changing it\n",
+		fmt.Fprintf(stderr, "%s: %s is read-only here (under systemd's ProtectSystem=strict only the unit's StateDirectory, /var/lib/beanpole, is writable); if it is beanstalkd's, `beanpole import --from %s -b /var/lib/beanpole`, run as root, imports its binlog without changing it\n",
 			prog, dir, dir)
 		return code
 	case code == config.ExitPermission:
-		fmt.Fprintf(stderr, "%s: permission denied: uid %d may not write %s or read its files; to switch from beanstalkd, `beanpole import --from %s -b /var/lib/beanpole`, run as root, imports its binlog for beanpole's user without changing it\n",
+		fmt.Fprintf(stderr, "%s: permission denied: uid %d may not write %s or read its files; if it is beanstalkd's, `beanpole import --from %s -b /var/lib/beanpole`, run as root, imports its binlog for beanpole's user without changing it\n",
 			prog, os.Geteuid(), dir, dir)
 		return code
 	}
