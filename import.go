@@ -1,43 +1,63 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 
+	"github.com/beanpole/beanpole/config"
 	"github.com/beanpole/beanpole/persist"
-	"github.com/rs/zerolog"
 )
 
-const importUsage = `Use: beanpole import -b DIR [--dry-run] [--accept-damage]
+const importUsage = `Use: beanpole import -b DIR [--from SRC] [--dry-run] [--accept-damage]
 
 Carries the jobs of upstream beanstalkd's binlog in DIR over into beanpole's
 own log and moves beanstalkd's binlog.N files into DIR/beanstalkd-import/,
 as starting beanpole -b DIR does, then exits.
 
-  -b DIR           the directory beanstalkd ran with -b
+  -b DIR           the directory beanstalkd ran with -b; with --from, the
+                   directory beanpole will run with -b
+  --from SRC       read beanstalkd's binlog from SRC (run as root, for
+                   /var/lib/beanstalkd), changing nothing there: its
+                   binlog.N files are copied into DIR, which must hold no
+                   binlog yet, and imported there; what is created in DIR
+                   is given to DIR's owner
   --dry-run        say what would be carried over (jobs per tube and state,
                    the highest id, damage found) and change nothing
   --accept-damage  import a binlog damaged other than at the end of a file
                    the way beanstalkd would start on it: without what cannot
                    be read (refused otherwise)
+
+Exit status: 0 done (or nothing to do), 1 refused or failed, 5 a usage
+error, 10 a running server holds the directory, 73 a directory is on a
+read-only file system, 77 permission denied.
 `
 
 // runImport is `beanpole import`: the import of an upstream beanstalkd
 // binlog (persist.Import) on its own, no server. It returns the exit
 // status: 0 done (or nothing to do), 1 refused or failed, 5 a usage
-// error, 10 the directory is in use by a running server.
+// error, 10 the directory is in use by a running server, 73 or 77 a
+// directory is read-only or not permitted (binlogFailure).
 func runImport(args []string, stdout, stderr io.Writer) int {
-	dir, dry, accept := "", false, false
+	dir, from, dry, accept := "", "", false, false
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; {
-		case a == "-b":
+		case a == "-b" || a == "--from":
 			if i++; i == len(args) {
-				fmt.Fprintf(stderr, "beanpole import: -b needs a directory\n%s", importUsage)
-				return 5
+				fmt.Fprintf(stderr, "beanpole import: %s needs a directory\n%s", a, importUsage)
+				return config.ExitUsage
 			}
-			dir = args[i]
+			if a == "-b" {
+				dir = args[i]
+			} else {
+				from = args[i]
+			}
+		case strings.HasPrefix(a, "--from="):
+			from = strings.TrimPrefix(a, "--from=")
 		case strings.HasPrefix(a, "-b"):
 			dir = strings.TrimPrefix(strings.TrimPrefix(a, "-b"), "=")
 		case a == "--dry-run":
@@ -49,50 +69,198 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 			return 0
 		default:
 			fmt.Fprintf(stderr, "beanpole import: unexpected %q\n%s", a, importUsage)
-			return 5
+			return config.ExitUsage
 		}
 	}
 	if dir == "" {
 		fmt.Fprintf(stderr, "beanpole import: -b DIR is required\n%s", importUsage)
-		return 5
+		return config.ExitUsage
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "beanpole import: -b %s: %v\n", dir, err)
-		if errors.Is(err, persist.ErrLocked) {
-			return 10
-		}
-		return 1
+	if from != "" && filepath.Clean(from) == filepath.Clean(dir) {
+		fmt.Fprintf(stderr, "beanpole import: --from %s is -b's directory: leave --from out to import in place\n", from)
+		return config.ExitUsage
 	}
+	fail := func(d string, err error) int { return binlogFailure(stderr, "beanpole import", d, err, 1) }
 
 	if dry {
-		rep, err := persist.PlanImport(dir)
+		src := dir
+		if from != "" {
+			src = from
+		}
+		rep, err := persist.PlanImport(src)
 		if err != nil {
-			return fail(err)
+			return fail(src, err)
 		}
 		if rep == nil {
-			fmt.Fprintf(stdout, "%s holds no upstream beanstalkd binlog: nothing to import\n", dir)
+			fmt.Fprintf(stdout, "%s holds no upstream beanstalkd binlog: nothing to import\n", src)
 			return 0
 		}
 		fmt.Fprint(stdout, rep)
 		if len(rep.Refused()) > 0 {
-			fmt.Fprintf(stdout, "beanpole would refuse to start on this damage; `beanpole import -b %s --accept-damage` imports what can be read, as beanstalkd would start\n", dir)
+			cmd := "-b " + dir
+			if from != "" {
+				cmd = "--from " + from + " " + cmd
+			}
+			fmt.Fprintf(stdout, "beanpole would refuse to start on this damage; `beanpole import %s --accept-damage` imports what can be read, as beanstalkd would start\n", cmd)
 		}
 		fmt.Fprintln(stdout, "dry run: nothing changed")
 		return 0
 	}
 
-	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, NoColor: true}).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+	log := newLogger(stderr, 0, false)
+	if from != "" {
+		copied, code := copyUpstream(from, dir, accept, stdout, stderr)
+		if code != 0 || copied == 0 {
+			return code
+		}
+	}
 	rep, err := persist.Import(persist.Options{Dir: dir, WantSync: true}, accept, log)
+	if err == nil && from != "" {
+		err = giveToOwner(dir)
+	}
 	switch {
 	case err != nil:
-		return fail(err)
+		return fail(dir, err)
 	case rep == nil:
 		fmt.Fprintf(stdout, "%s holds no upstream beanstalkd binlog: nothing to import\n", dir)
 	case rep.Interrupted:
 		fmt.Fprintf(stdout, "%s: finished an import that a crash had interrupted\n", dir)
+	case from != "":
+		fmt.Fprint(stdout, rep)
+		fmt.Fprintf(stdout, "imported from %s, which is unchanged; copies of beanstalkd's files are in %s\n", from, rep.ArchiveDir())
 	default:
 		fmt.Fprint(stdout, rep)
-		fmt.Fprintf(stdout, "imported; beanstalkd's files are in %s/beanstalkd-import/\n", strings.TrimSuffix(dir, "/"))
+		fmt.Fprintf(stdout, "imported; beanstalkd's files are in %s/\n", rep.ArchiveDir())
 	}
 	return 0
+}
+
+// copyUpstream copies the binlog.N files of upstream beanstalkd's binlog in
+// src into dst, reading src only, for persist.Import to import there. It
+// refuses, copying nothing, when beanstalkd still holds src, when the
+// binlog is damaged and accept is false, or when dst already holds a
+// binlog. It returns how many files it copied and a non-zero exit code on
+// failure.
+func copyUpstream(src, dst string, accept bool, stdout, stderr io.Writer) (int, int) {
+	rep, err := persist.PlanImport(src)
+	if err != nil {
+		return 0, binlogFailure(stderr, "beanpole import", src, err, 1)
+	}
+	if rep == nil || rep.Interrupted {
+		fmt.Fprintf(stdout, "%s holds no upstream beanstalkd binlog: nothing to import\n", src)
+		return 0, 0
+	}
+	if rep.InUse {
+		fmt.Fprintf(stderr, "beanpole import: --from %s: a running server holds %s: stop beanstalkd first\n", src, filepath.Join(src, "lock"))
+		return 0, config.ExitLocked
+	}
+	if len(rep.Refused()) > 0 && !accept {
+		fmt.Fprint(stderr, rep)
+		fmt.Fprintf(stderr, "beanpole import: --from %s: refused, nothing copied: the damage above loses jobs; --accept-damage imports what can be read, as beanstalkd would start\n", src)
+		return 0, 1
+	}
+	names, err := upstreamFiles(src)
+	if err != nil {
+		return 0, binlogFailure(stderr, "beanpole import", src, err, 1)
+	}
+	if have, _ := filepath.Glob(filepath.Join(dst, "binlog.*")); len(have) > 0 {
+		fmt.Fprintf(stderr, "beanpole import: -b %s already holds a binlog (%s): --from imports only into a directory without one (`beanpole import -b %s` imports or finishes what is there)\n",
+			dst, filepath.Base(have[0]), dst)
+		return 0, 1
+	}
+	for _, name := range names {
+		if err := copyFile(name, filepath.Join(dst, filepath.Base(name))); err != nil {
+			return 0, binlogFailure(stderr, "beanpole import", dst, err, 1)
+		}
+	}
+	if err := syncDir(dst); err != nil {
+		return 0, binlogFailure(stderr, "beanpole import", dst, err, 1)
+	}
+	return len(names), 0
+}
+
+// upstreamFiles are the binlog.N files in dir, N a number, as beanstalkd
+// names them.
+func upstreamFiles(dir string) ([]string, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "binlog.*"))
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, name := range names {
+		n := strings.TrimPrefix(filepath.Base(name), "binlog.")
+		if n != "" && strings.Trim(n, "0123456789") == "" {
+			files = append(files, name)
+		}
+	}
+	return files, nil
+}
+
+// copyFile copies from to a new file to, durably.
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// giveToOwner gives what this process created in dir (owned by its
+// effective user), dir's subdirectories and files included, to dir's
+// owner and group, so that the server, running as that user, can use
+// them: run as root, the import creates them as root.
+func giveToOwner(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	uid, gid, ok := owner(st)
+	if !ok {
+		return nil
+	}
+	me := os.Geteuid()
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || path == dir {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if u, g, ok := owner(info); ok && u == me && (u != uid || g != gid) {
+			return os.Lchown(path, uid, gid)
+		}
+		return nil
+	})
+}
+
+// owner is a file's owner and group, if the system says.
+func owner(fi fs.FileInfo) (uid, gid int, ok bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, false
+	}
+	return int(st.Uid), int(st.Gid), true
 }

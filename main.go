@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -42,37 +44,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	// Log lines go through a diode so that a slow stderr never blocks an
-	// event loop; -V raises the level like upstream's verbosity.
+	// event loop.
 	dw := diode.NewWriter(stderr, 4096, 10*time.Millisecond, func(missed int) {
 		fmt.Fprintf(stderr, "beanpole: dropped %d log messages\n", missed)
 	})
 	defer dw.Close()
-	level := zerolog.WarnLevel
-	switch {
-	case cfg.Verbosity >= 2:
-		level = zerolog.DebugLevel
-	case cfg.Verbosity == 1:
-		level = zerolog.InfoLevel
-	}
-	// --log-json: one JSON object a line, for log shippers.
-	var out io.Writer = zerolog.ConsoleWriter{Out: dw, NoColor: true, TimeFormat: time.RFC3339}
-	if cfg.LogJSON {
-		out = dw
-	}
-	log := zerolog.New(out).Level(level).With().Timestamp().Logger()
+	log := newLogger(dw, cfg.Verbosity, cfg.LogJSON)
 
 	if _, hard, err := config.RaiseFileLimit(); err != nil {
 		log.Warn().Err(err).Msg("could not raise the open-file limit")
 	} else {
-		log.Info().Uint64("nofile", hard).Msg("open-file limit raised")
+		log.Debug().Uint64("nofile", hard).Msg("open-file limit raised")
 	}
 
-	lns, desc, err := config.Listen(&cfg, log)
+	lns, _, err := config.Listen(&cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "beanpole: listen: %v\n", err)
 		return 111
 	}
-	log.Info().Int("pid", os.Getpid()).Str("addr", desc).Msg("listening")
+	for _, ln := range lns {
+		log.Info().Str("addr", listenerName(ln)).Int("pid", os.Getpid()).Msg("listening")
+	}
 
 	// The HTTP side (--http) comes up before the binlog is replayed, so
 	// that /readyz can say the server is not ready yet.
@@ -94,8 +86,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		go adm.Serve()
 		defer adm.Close()
-		log.Info().Str("addr", adm.Addr().String()).Bool("actions", token != nil).
-			Msg("serving the dashboard, /metrics, /healthz and /readyz")
+		log.Info().Str("addr", "http://"+adm.Addr().String()).Bool("actions", token != nil).
+			Msg("listening: the dashboard, /metrics, /healthz and /readyz")
 	}
 
 	if cfg.User != "" {
@@ -196,12 +188,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 				// Drain mode, as upstream: puts are refused from now on.
 				eng.SetDraining()
 				adm.SetState(admin.Draining)
-				log.Info().Msg("entering drain mode")
+				log.Info().Msg("drain mode (SIGUSR1): puts are refused from now on")
 				continue
 			}
 			// Graceful stop (a beanpole improvement over upstream's
 			// immediate death): stop accepting, flush, exit 0.
-			log.Info().Str("signal", sig.String()).Msg("shutting down")
+			log.Info().Str("signal", sig.String()).Msg("stopping: no new connections, the binlog is flushed")
 			adm.SetState(admin.Stopping)
 			_ = sdNotify("STOPPING=1")
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -257,7 +249,7 @@ func limitMemory(cfg *config.Config, eng *engine.Engine, srv *loop.Server, log z
 		debug.SetMemoryLimit(config.SoftMemoryLimit(budget.Bytes))
 	}
 	used, _ := eng.JobMemory()
-	log.Info().Int64("budget", budget.Bytes).Str("from", budget.Source).Int64("job-memory-limit", ceiling).Int64("input-budget", input).
+	log.Debug().Int64("budget", budget.Bytes).Str("from", budget.Source).Int64("job-memory-limit", ceiling).Int64("input-budget", input).
 		Int64("soft-limit", debug.SetMemoryLimit(-1)).Msg("memory")
 	if ceiling > 0 && used > ceiling {
 		log.Warn().Int64("job-memory-bytes", used).Int64("job-memory-limit", ceiling).
@@ -298,13 +290,12 @@ func openBinlog(cfg *config.Config, eng *engine.Engine, log zerolog.Logger, stde
 			eng.Rewrite(ids)
 		},
 	}
+	start := time.Now()
 	blog, rec, err := persist.Open(opts, log.With().Str("component", "binlog").Logger())
 	if err != nil {
-		fmt.Fprintf(stderr, "beanpole: -b %s: %v\n", cfg.BinlogDir, err)
-		if errors.Is(err, persist.ErrFormat) {
-			return nil, 1
-		}
-		return nil, 10 // upstream: "failed to lock wal dir", exit 10
+		// Upstream exits 10 ("failed to lock wal dir") whenever it cannot
+		// use the directory.
+		return nil, binlogFailure(stderr, "beanpole", cfg.BinlogDir, err, config.ExitLocked)
 	}
 	for _, p := range rec.Problems {
 		log.Error().Str("problem", p.String()).Msg("binlog damage found during recovery; the server starts with what could be read")
@@ -312,6 +303,72 @@ func openBinlog(cfg *config.Config, eng *engine.Engine, log zerolog.Logger, stde
 	eng.Restore(rec.Jobs, rec.MaxID)
 	eng.SetJournal(blog)
 	close(installed)
-	log.Info().Int("jobs", len(rec.Jobs)).Uint64("max-id", rec.MaxID).Int("segments", rec.Segments).Msg("binlog recovered")
+	if imp := rec.Imported; imp != nil && !imp.Interrupted {
+		log.Info().Int("jobs", imp.Jobs).Int("files", imp.Files).Str("moved-to", imp.ArchiveDir()).
+			Msg("imported upstream beanstalkd's binlog")
+	}
+	log.Info().Int("jobs", len(rec.Jobs)).Int("records", rec.Records).Int("segments", rec.Segments).
+		Uint64("max-id", rec.MaxID).Int("problems", len(rec.Problems)).Str("took", time.Since(start).Round(time.Millisecond/10).String()).
+		Msg("binlog replayed")
 	return blog, 0
+}
+
+// logTimeFormat is the time of every log line, console and JSON alike, of
+// the server and of beanpole import: RFC 3339 with milliseconds.
+const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// newLogger is the log of the server and of beanpole import. At the
+// default verbosity it says what an operator needs once each (where the
+// server listens, the binlog replayed or imported, drain, stop) and every
+// warning and error; -V adds the details (open-file limit, memory budget,
+// each connection), -VV gnet's own lines. --log-json writes one JSON
+// object a line, for log shippers.
+func newLogger(w io.Writer, verbosity int, json bool) zerolog.Logger {
+	level := zerolog.InfoLevel
+	switch {
+	case verbosity >= 2:
+		level = zerolog.TraceLevel
+	case verbosity == 1:
+		level = zerolog.DebugLevel
+	}
+	zerolog.TimeFieldFormat = logTimeFormat
+	if !json {
+		w = zerolog.ConsoleWriter{Out: w, NoColor: true, TimeFormat: logTimeFormat}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}
+
+// listenerName is how the log names a listening socket: host:port, or
+// unix:PATH.
+func listenerName(ln net.Listener) string {
+	if a := ln.Addr(); a.Network() == "unix" {
+		return "unix:" + a.String()
+	}
+	return ln.Addr().String()
+}
+
+// binlogFailure reports why dir could not be used as a binlog directory,
+// with what to do about it, and returns the exit code: ExitLocked when a
+// server holds it, ExitReadOnly or ExitPermission when it cannot be
+// written, 1 for a format this version cannot read, otherwise fallback.
+func binlogFailure(stderr io.Writer, prog, dir string, err error, fallback int) int {
+	fmt.Fprintf(stderr, "%s: -b %s: %v\n", prog, dir, err)
+	// The switch from beanstalkd is the usual way into a directory of
+	// another user's or on a read-only file system.
+	switch code := config.ExitCodeForDir(err); {
+	case errors.Is(err, persist.ErrLocked):
+		fmt.Fprintf(stderr, "%s: another server (beanstalkd or beanpole) holds %s: stop it first\n", prog, filepath.Join(dir, "lock"))
+		return config.ExitLocked
+	case errors.Is(err, persist.ErrFormat):
+		return 1
+	case code == config.ExitReadOnly:
+		fmt.Fprintf(stderr, "%s: %s is read-only here (under systemd's ProtectSystem=strict only the unit's StateDirectory, /var/lib/beanpole, is writable); if it is beanstalkd's, `beanpole import --from %s -b /var/lib/beanpole`, run as root, imports its binlog without changing it\n",
+			prog, dir, dir)
+		return code
+	case code == config.ExitPermission:
+		fmt.Fprintf(stderr, "%s: permission denied: uid %d may not write %s or read its files; if it is beanstalkd's, `beanpole import --from %s -b /var/lib/beanpole`, run as root, imports its binlog for beanpole's user without changing it\n",
+			prog, os.Geteuid(), dir, dir)
+		return code
+	}
+	return fallback
 }

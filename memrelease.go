@@ -80,7 +80,7 @@ func (r *releaser) run() {
 		r.free()
 		after := r.read()
 		r.released(s, after, time.Now())
-		r.log.Info().Int64("job-memory-bytes", after.jobs).Uint64("heap-before", s.retained).
+		r.log.Debug().Int64("job-memory-bytes", after.jobs).Uint64("heap-before", s.retained).
 			Uint64("heap-after", after.retained).Uint64("objects-after", r.sample[0].Value.Uint64()).
 			Dur("took", time.Since(start)).Dur("next-after", r.gap).
 			Msg("returned free memory to the system")

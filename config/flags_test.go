@@ -12,6 +12,7 @@ import (
 // usageText is the exact -h text, spelled out so that any change to it is a
 // deliberate, reviewed one.
 const usageText = `Use: beanpole [OPTIONS]
+     beanpole import -b DIR [--from SRC] [--dry-run] [--accept-damage]
 
 beanpole is a drop-in replacement for beanstalkd and accepts the same options.
 
@@ -72,6 +73,12 @@ Cluster (replaces -b; see docs/cluster.md):
  --join HOST:PORT
             on its first start, ask the member whose --http is HOST:PORT
             to add this node (with the --http-token-file token)
+
+beanpole import carries the jobs of beanstalkd's binlog over into beanpole's log
+and exits (beanstalkd's binlog in DIR, or read from SRC into DIR without
+changing SRC); beanpole import -h says more.
+beanpole cluster asks a cluster node about the group or changes it; beanpole cluster -h
+says more.
 `
 
 // with returns the defaults changed by f, for compact table entries.

@@ -26,6 +26,8 @@ const maxUnixPath = 107
 //  2. -l unix:PATH, a UNIX socket (-p ignored);
 //  3. TCP on -l (default 0.0.0.0) and -p.
 //
+// An empty -l or -p is refused (checkEmpty).
+//
 // desc names the sockets for the log: "127.0.0.1:11300", "[::1]:11300",
 // "unix:/run/beanpole.sock", or for inherited sockets the same prefixed
 // with "systemd fd 3 ", joined by ", fd 4 ...". The caller exits with
@@ -34,6 +36,9 @@ func Listen(cfg *Config, log zerolog.Logger) (lns []net.Listener, desc string, e
 	lns, desc, err = inheritedListeners(cfg, log)
 	if lns != nil || err != nil {
 		return lns, desc, err
+	}
+	if err := checkEmpty(cfg); err != nil {
+		return nil, "", err
 	}
 	var ln net.Listener
 	if path, ok := strings.CutPrefix(cfg.ListenAddr, "unix:"); ok {
@@ -45,6 +50,21 @@ func Listen(cfg *Config, log zerolog.Logger) (lns []net.Listener, desc string, e
 		return nil, "", err
 	}
 	return []net.Listener{ln}, desc, nil
+}
+
+// checkEmpty refuses an empty -l or -p, as a unit passes them when the
+// variable it expands is unset. Upstream exits 111 on an empty -l
+// (getaddrinfo finds no such host) but listens on a random port on an
+// empty -p; neither is what anyone meant, so both are refused with the
+// same exit code.
+func checkEmpty(cfg *Config) error {
+	if cfg.addrGiven && cfg.ListenAddr == "" {
+		return errors.New("-l '': the listen address is empty; give one (0.0.0.0 for every IPv4 interface) or leave -l out")
+	}
+	if cfg.portGiven && cfg.Port == "" && !strings.HasPrefix(cfg.ListenAddr, "unix:") {
+		return fmt.Errorf("-p '': the port is empty; give one (%s is the default) or leave -p out", DefaultPort)
+	}
+	return nil
 }
 
 // listenUnix replaces a stale socket file but refuses to delete anything

@@ -242,3 +242,47 @@ func TestListenUnixAtSignIsAFile(t *testing.T) {
 	}
 	roundTrip(t, ln)
 }
+
+// An empty -l or -p (a unit expanding an unset variable) is refused, never
+// taken for the default address or a random port; leaving the flag out
+// still means the default. Under unix: an empty -p is ignored like any -p.
+func TestListenRefusesEmptyAddressOrPort(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // "" = listens
+	}{
+		{[]string{"-l", "", "-p", ""}, "-l '': the listen address is empty"},
+		{[]string{"-l", "", "-p", "0"}, "-l '': the listen address is empty"},
+		{[]string{"-l", "127.0.0.1", "-p", ""}, "-p '': the port is empty"},
+		{[]string{"-l127.0.0.1", "-p"}, "flag requires an argument"},
+		{[]string{"-l", "127.0.0.1", "-p", "0"}, ""},
+	} {
+		var stderr bytes.Buffer
+		cfg, code, done := Parse(tc.args, io.Discard, &stderr)
+		if done {
+			if !strings.Contains(stderr.String(), tc.want) || code != ExitUsage {
+				t.Errorf("%q: Parse exit %d: %s", tc.args, code, stderr.String())
+			}
+			continue
+		}
+		log, _ := testLogger()
+		lns, _, err := Listen(&cfg, log)
+		for _, ln := range lns {
+			ln.Close()
+		}
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: err = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "s")
+	cfg, _, _ := Parse([]string{"-l", "unix:" + path, "-p", ""}, io.Discard, io.Discard)
+	log, _ := testLogger()
+	lns, _, err := Listen(&cfg, log)
+	if err != nil {
+		t.Fatalf("-l unix: -p '': %v", err)
+	}
+	lns[0].Close()
+}

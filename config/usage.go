@@ -10,6 +10,7 @@ import (
 // beanpole, and says so plainly that the options are the same.
 func writeUsage(w io.Writer) {
 	fmt.Fprintf(w, `Use: %s [OPTIONS]
+     %s import -b DIR [--from SRC] [--dry-run] [--accept-damage]
 
 %s is a drop-in replacement for beanstalkd and accepts the same options.
 
@@ -70,7 +71,14 @@ Cluster (replaces -b; see docs/cluster.md):
  --join HOST:PORT
             on its first start, ask the member whose --http is HOST:PORT
             to add this node (with the --http-token-file token)
-`, progName, progName,
+
+%s import carries the jobs of beanstalkd's binlog over into beanpole's log
+and exits (beanstalkd's binlog in DIR, or read from SRC into DIR without
+changing SRC); %s import -h says more.
+%s cluster asks a cluster node about the group or changes it; %s cluster -h
+says more.
+`, progName, progName, progName,
 		DefaultSyncEvery.Milliseconds(), DefaultPort,
-		DefaultMaxJobSize, MaxJobSizeLimit, DefaultBinlogSize, DefaultMetricsMaxTubes)
+		DefaultMaxJobSize, MaxJobSizeLimit, DefaultBinlogSize, DefaultMetricsMaxTubes,
+		progName, progName, progName, progName)
 }

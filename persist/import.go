@@ -102,12 +102,13 @@ func importUpstream(opts Options, log zerolog.Logger, acceptDamage bool) (*Impor
 	return rep, nil
 }
 
-// logImport says at info level what was carried over.
+// logImport says at debug level what was carried over (the caller says
+// it in one line: see ImportReport).
 func logImport(log zerolog.Logger, r *ImportReport) {
-	log.Info().Int("files", r.Files).Int("records", r.Records).Int("jobs", r.Jobs).Uint64("max_id", r.MaxID).
+	log.Debug().Int("files", r.Files).Int("records", r.Records).Int("jobs", r.Jobs).Uint64("max_id", r.MaxID).
 		Msg("binlog: imported upstream beanstalkd's binlog")
 	for _, t := range r.Tubes {
-		log.Info().Str("tube", t.Tube).Int("ready", t.Ready).Int("delayed", t.Delayed).Int("buried", t.Buried).
+		log.Debug().Str("tube", t.Tube).Int("ready", t.Ready).Int("delayed", t.Delayed).Int("buried", t.Buried).
 			Msg("binlog: imported tube")
 	}
 }

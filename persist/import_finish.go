@@ -65,7 +65,7 @@ func finishImport(fsys FS, dir string, log zerolog.Logger) error {
 			return importErr(err)
 		}
 		if len(set) > 0 {
-			log.Info().Int("files", len(set)).Str("to", archive).Msg("binlog: upstream beanstalkd's binlog moved aside")
+			log.Debug().Int("files", len(set)).Str("to", archive).Msg("binlog: upstream beanstalkd's binlog moved aside")
 		}
 	}
 	crashPoint("archived")

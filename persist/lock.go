@@ -12,7 +12,9 @@ func lockDir(dir string) (*os.File, error) {
 	path := join(dir, "lock")
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrLocked, err)
+		// Not ErrLocked: a directory that cannot be written (read-only,
+		// permission denied, missing) is no other server's doing.
+		return nil, err
 	}
 	if err := lockFile(f); err != nil {
 		f.Close()

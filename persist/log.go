@@ -100,7 +100,8 @@ func Open(opts Options, log zerolog.Logger) (*Log, *Recovered, error) {
 		writerDone:   make(chan struct{}),
 	}
 	l.cond.L = &l.mu
-	if _, err := importUpstream(opts, log, false); err != nil {
+	imported, err := importUpstream(opts, log, false)
+	if err != nil {
 		lockF.Close()
 		return nil, nil, err
 	}
@@ -110,6 +111,7 @@ func Open(opts Options, log zerolog.Logger) (*Log, *Recovered, error) {
 		lockF.Close()
 		return nil, nil, err
 	}
+	rec.Imported = imported
 	if maxSize < opts.SegmentSize {
 		log.Warn().Int64("size", maxSize).Int64("using", opts.SegmentSize).Msg("binlog: segment size too small, raised")
 	}
@@ -132,8 +134,6 @@ func Open(opts Options, log zerolog.Logger) (*Log, *Recovered, error) {
 	}
 	l.reclaim()
 	kick(l.wakePrealloc)
-	log.Info().Int("jobs", len(rec.Jobs)).Int("records", rec.Records).Int("segments", rec.Segments).
-		Uint64("max_id", rec.MaxID).Int("problems", len(rec.Problems)).Msg("binlog: recovered")
 	return l, rec, nil
 }
 

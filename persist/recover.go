@@ -27,6 +27,9 @@ type Recovered struct {
 	// Problems lists damage found, in log order. Empty for a clean log or
 	// one that just ended at a record boundary.
 	Problems []Problem
+	// Imported is what Open carried over from upstream beanstalkd's
+	// binlog before recovering, nil when there was none to import.
+	Imported *ImportReport
 }
 
 // ProblemKind classifies damage found by recovery.
