@@ -232,7 +232,7 @@ func (o *Operator) Move(id uint64, tube string) (newID uint64, err error) {
 			return ErrNoJob
 		}
 		cost := jobCost(j.Body)
-		if !e.charge(int(c.shard), cost) {
+		if !e.charge(int(c.shard), cJobBytes, cost) {
 			unlock()
 			return ErrNoMemory
 		}

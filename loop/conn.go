@@ -119,7 +119,13 @@ type heldEntry struct {
 type putState struct {
 	put  putHeader
 	body []byte
-	skip uint64 // body bytes of a too-big put still to drop
+	// bodyCharged is what body is charged against the memory ceiling
+	// (growBody); a body cloned whole in one pass is not.
+	bodyCharged int64
+	skip        uint64 // body bytes of a refused put still to drop
+	// skipNoMemory: the put being dropped did not fit under the memory
+	// ceiling (OUT_OF_MEMORY), rather than being over -z (JOB_TOO_BIG).
+	skipNoMemory bool
 }
 
 // hold moves the replies batched since p (one command's, which appended

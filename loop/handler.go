@@ -36,6 +36,9 @@ func (h *handler) OnClose(gc gnet.Conn, err error) gnet.Action {
 		s.throttled.remove(c)
 	}
 	c.cl.Close()
+	if c.connExtra != nil {
+		c.releaseBody()
+	}
 	c.connExtra = nil
 	if s.cfg.Verbosity > 0 {
 		s.log.Info().Int("fd", gc.Fd()).AnErr("err", err).Msg("close")

@@ -116,15 +116,21 @@ func (s *Server) pass(c *conn) gnet.Action {
 			c.skip -= n
 			if c.skip == 0 {
 				c.phase = phaseCommand
-				out.buf = append(out.buf, codec.RepJobTooBig...)
+				if c.skipNoMemory {
+					c.skipNoMemory = false
+					out.buf = append(out.buf, codec.RepOutOfMemory...)
+				} else {
+					out.buf = append(out.buf, codec.RepJobTooBig...)
+				}
 			}
 		case phaseBody:
 			off += c.readBody(buf[off:])
-			if off == len(buf) && len(c.body) >= directBody && len(c.body) < int(c.put.bytes)+2 {
+			if c.phase == phaseBody && off == len(buf) && len(c.body) >= directBody && len(c.body) < int(c.put.bytes)+2 {
 				c.readBodyDirect()
 			}
-			if len(c.body) == int(c.put.bytes)+2 {
+			if c.phase == phaseBody && len(c.body) == int(c.put.bytes)+2 {
 				c.phase = phaseCommand
+				c.releaseBody() // the job is charged for it
 				s.finishPut(c)
 			}
 		case phaseDiscardLine:
@@ -345,9 +351,11 @@ func (c *conn) waits() bool { return c.parked || c.awaiting || c.throttled || c.
 
 // readBody copies as much of the put body as buf holds. A body that is all
 // there is cloned in one go (append does not zero memory it is about to
-// overwrite). Otherwise it is allocated at its final size up to
-// upfrontBody (no regrowth copies); past that it grows as bytes arrive, so
-// a client announcing 1 GiB cannot make us commit it before sending it.
+// overwrite) and becomes a job in this pass. Otherwise the body is held
+// across passes and charged against the memory ceiling as it grows
+// (growBody), so a client that announces a large body and sends a byte of
+// it holds a few bytes, not the body's size. Should the body not fit, the
+// rest of it is dropped and the put answered OUT_OF_MEMORY.
 func (c *conn) readBody(buf []byte) int {
 	need := int(c.put.bytes) + 2
 	have := len(c.body)
@@ -356,25 +364,58 @@ func (c *conn) readBody(buf []byte) int {
 		c.body = append([]byte(nil), buf[:n]...)
 		return n
 	}
-	if have+n > cap(c.body) {
-		c.growBody(have + n)
+	if have+n > cap(c.body) && !c.growBody(have+n) {
+		c.refuseBody()
+		return 0
 	}
 	c.body = append(c.body, buf[:n]...)
 	return n
 }
 
-// upfrontBody is the most a put body is given before its bytes arrive: a
-// 1 MiB body with its CRLF, so that the common -z 1048576 ceiling costs one
-// allocation (Go zeroes each) and no copy.
-const upfrontBody = 1<<20 + 2
-
-// growBody makes room for at least want bytes of the put body.
-func (c *conn) growBody(want int) {
+// growBody makes room for at least want bytes of the put body and charges
+// it (MemPartialBodies), or reports false if that does not fit under the
+// ceiling. Below directBody a body doubles as bytes arrive (copies of at
+// most 16 KiB); from there on, where readBodyDirect takes over, it is
+// given its final size at once, so the rest is read into it with no
+// further copy.
+func (c *conn) growBody(want int) bool {
 	need := int(c.put.bytes) + 2
-	size := min(need, max(2*cap(c.body), want, upfrontBody))
+	size := min(need, max(2*cap(c.body), want))
+	if want >= directBody {
+		size = need
+	}
+	cost := int64(engine.AllocSize(size))
+	if cap(c.body) > 0 {
+		cost -= int64(engine.AllocSize(cap(c.body)))
+	}
+	if !c.ls.s.eng.Charge(c.ls.shard, engine.MemPartialBodies, cost) {
+		return false
+	}
+	c.bodyCharged += cost
 	nb := make([]byte, len(c.body), size)
 	copy(nb, c.body)
 	c.body = nb
+	return true
+}
+
+// releaseBody returns the charge for the body held so far: it became a
+// job (which is charged for itself), was dropped, or its connection closed.
+func (c *conn) releaseBody() {
+	if c.bodyCharged != 0 {
+		c.ls.s.eng.Uncharge(c.ls.shard, engine.MemPartialBodies, c.bodyCharged)
+		c.bodyCharged = 0
+	}
+}
+
+// refuseBody drops the put body that did not fit under the memory ceiling
+// and, as upstream does when malloc fails, reads and discards the rest of
+// it before answering OUT_OF_MEMORY.
+func (c *conn) refuseBody() {
+	c.skip = uint64(c.put.bytes) + 2 - uint64(len(c.body))
+	c.skipNoMemory = true
+	c.body = nil
+	c.releaseBody()
+	c.phase = phaseSkip
 }
 
 // readBodyDirect reads the rest of a large put body from the socket
@@ -386,8 +427,9 @@ func (c *conn) growBody(want int) {
 func (c *conn) readBodyDirect() {
 	need := int(c.put.bytes) + 2
 	for len(c.body) < need {
-		if len(c.body) == cap(c.body) {
-			c.growBody(len(c.body) + 1)
+		if len(c.body) == cap(c.body) && !c.growBody(len(c.body)+1) {
+			c.refuseBody()
+			return
 		}
 		end := min(need, cap(c.body))
 		n, err := unix.Read(c.gc.Fd(), c.body[len(c.body):end])

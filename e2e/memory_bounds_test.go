@@ -1,0 +1,182 @@
+package e2e
+
+// Every byte a client can make the server hold is charged against the one
+// ceiling (--max-job-memory): job bodies, put bodies still arriving, tubes,
+// replies not read yet. Past it the command is answered OUT_OF_MEMORY (as
+// beanstalkd answers when malloc fails) or the connection waits, and the
+// server stays up under a real address-space limit where it used to die of
+// the allocations. beanpole_memory_bytes{kind=...} on /metrics shows each.
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// startBounded starts a server with --http and the flags given, under an
+// address-space limit (ulimit -v) of roomKB beyond an idle server's when
+// roomKB > 0. It returns the server and the base URL of /metrics.
+func startBounded(t *testing.T, roomKB int64, flags ...string) (*server, string) {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	flags = append([]string{"--http", addr}, flags...)
+	if roomKB <= 0 {
+		return startServer(t, flags...), "http://" + addr
+	}
+	if target.race {
+		t.Skip("race-built server: the race detector reserves terabytes of address space, no RLIMIT_AS fits")
+	}
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skipf("no shell to set RLIMIT_AS with: %v", err)
+	}
+	probe := startServer(t)
+	base := procStatusKB(t, probe.pid(), "VmSize")
+	probe.stop()
+	wrapper := filepath.Join(t.TempDir(), "beanpole-as")
+	script := fmt.Sprintf("#!%s\nulimit -v %d || exit 99\nexec %q \"$@\"\n", sh, base+roomKB, target.bin)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := startProcRetry(wrapper, "tcp", "", flags)
+	if err != nil {
+		t.Skipf("cannot start a server under RLIMIT_AS %d kB: %v", base+roomKB, err)
+	}
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			t.Logf("server output:\n%s", s.out.String())
+		}
+	})
+	return s, "http://" + addr
+}
+
+// memBytes reads beanpole_memory_bytes{kind=kind} from /metrics.
+func memBytes(t *testing.T, base, kind string) int64 {
+	t.Helper()
+	for _, m := range scrape(t, base)["beanpole_memory_bytes"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "kind" && l.GetValue() == kind {
+				return int64(m.GetGauge().GetValue())
+			}
+		}
+	}
+	t.Fatalf("/metrics has no beanpole_memory_bytes{kind=%q}", kind)
+	return 0
+}
+
+// readBytes reads beanpole_read_bytes_total: the input the server consumed.
+func readBytes(t *testing.T, base string) int64 {
+	t.Helper()
+	return int64(scrape(t, base)["beanpole_read_bytes_total"].GetMetric()[0].GetCounter().GetValue())
+}
+
+// alive fails the test if the server exited.
+func alive(t *testing.T, s *server) {
+	t.Helper()
+	select {
+	case <-s.exited:
+		t.Fatalf("the server died: %v", s.waitErr)
+	default:
+	}
+}
+
+// bodyAlloc is what the allocator takes for a body of n bytes with its
+// CRLF, above 32 KiB: whole 8 KiB pages.
+func bodyAlloc(n int) int64 { return int64(n+2+8191) &^ 8191 }
+
+// A put body is charged as it arrives. 800 clients that announce 1 MiB
+// and send one byte used to make the server allocate 800 MiB (each body at
+// its final size at the put line) and die under the address-space limit;
+// now each holds what it sent. Bodies that have arrived in part are
+// charged against the ceiling: once they fill it, another client's put is
+// answered OUT_OF_MEMORY, and so is the put whose body does not fit, after
+// its body has been read and dropped (as beanstalkd does for a job it
+// cannot allocate); that client's connection goes on.
+func TestPartialPutBodiesAreChargedAsTheyArrive(t *testing.T) {
+	skipUnlessBeanpole(t, "--max-job-memory is beanpole's")
+	t.Parallel()
+	const (
+		size  = 1 << 20
+		idle  = 800
+		fits  = 15
+		lead  = 20 << 10 // sent of each body that fits
+		slack = 32 << 10
+	)
+	limit := fits*bodyAlloc(size) + slack
+	s, base := startBounded(t, 512<<10, "-z", strconv.Itoa(size), "--max-job-memory", strconv.FormatInt(limit, 10))
+	ctl := s.dial(t)
+	hdr := fmt.Sprintf("put 0 0 60 %d\r\n", size)
+	for i := 0; i < idle; i++ {
+		mustSend(t, s.dial(t), hdr+"x")
+	}
+	waitFor(t, 4*defaultTimeout, "the idle half-sent bodies to be read", func() bool {
+		alive(t, s)
+		return memBytes(t, base, "partial_bodies") >= idle*8
+	})
+	if n := memBytes(t, base, "partial_bodies"); n > idle*64 {
+		t.Fatalf("%d clients that sent one byte of a 1 MiB body hold %d bytes", idle, n)
+	}
+	roundTrip(t, ctl, 4*defaultTimeout)
+
+	// Bodies under way fill the ceiling: about fits of them are charged at
+	// their size (a loop's grant may keep the last one out), the ones after
+	// do not fit. Once the server has read everything, a put that needs as
+	// much as one of them is refused.
+	lead1 := strings.Repeat("b", lead)
+	before := readBytes(t, base)
+	var producers []*conn
+	for i := 0; i < fits+2; i++ {
+		c := s.dial(t)
+		mustSend(t, c, hdr+lead1)
+		producers = append(producers, c)
+	}
+	sent := before + int64(len(producers)*(len(hdr)+lead))
+	waitFor(t, 4*defaultTimeout, "the bodies under way to be read", func() bool {
+		alive(t, s)
+		return readBytes(t, base) >= sent
+	})
+	charged := memBytes(t, base, "partial_bodies")
+	if charged > limit || charged < (fits-1)*bodyAlloc(size) {
+		t.Fatalf("partial_bodies %d with %d bodies under way, ceiling %d", charged, len(producers), limit)
+	}
+	mustSend(t, ctl, fmt.Sprintf("put 0 0 60 %d\r\n%s\r\n", size, strings.Repeat("c", size)))
+	expect(t, ctl, "OUT_OF_MEMORY\r\n")
+	roundTrip(t, ctl, 4*defaultTimeout)
+
+	rest := strings.Repeat("b", size-lead) + "\r\n"
+	var refused []*conn
+	for i, c := range producers {
+		mustSend(t, c, rest)
+		switch line := readLineWithin(t, c, 4*defaultTimeout); {
+		case strings.HasPrefix(line, "INSERTED "):
+		case line == "OUT_OF_MEMORY":
+			refused = append(refused, c)
+		default:
+			t.Fatalf("producer %d: %s", i, show(line))
+		}
+	}
+	if n := int64(len(producers) - len(refused)); n*bodyAlloc(size) != charged-charged%bodyAlloc(size) || len(refused) == 0 {
+		t.Fatalf("%d of %d bodies under way inserted, %d bytes of them were charged", n, len(producers), charged)
+	}
+	// A refused client's connection is in step: its next put is answered.
+	for _, c := range refused {
+		mustSend(t, c, "put 0 0 60 3\r\nabc\r\n")
+		if line := readLine(t, c); !strings.HasPrefix(line, "INSERTED ") {
+			t.Fatalf("put after OUT_OF_MEMORY on the same connection: %s", show(line))
+		}
+	}
+	if n := memBytes(t, base, "partial_bodies"); n > idle*64 {
+		t.Fatalf("partial_bodies %d once the bodies under way became jobs", n)
+	}
+	alive(t, s)
+}
