@@ -180,3 +180,84 @@ func TestPartialPutBodiesAreChargedAsTheyArrive(t *testing.T) {
 	}
 	alive(t, s)
 }
+
+// Tubes are charged against the ceiling: connections watching thousands of
+// new tubes (each with a 200-byte name) used to grow the registry until the
+// server died (at about 555,000 tubes under a 2 GB address-space limit).
+// Past the ceiling, watch and use of a new tube are answered OUT_OF_MEMORY
+// and change nothing; existing tubes can still be used and watched; tubes
+// freed make room again.
+func TestNewTubesAreChargedToTheCeiling(t *testing.T) {
+	skipUnlessBeanpole(t, "--max-job-memory is beanpole's")
+	t.Parallel()
+	const (
+		limit    = 2 << 20
+		watchers = 4
+		each     = 1000
+	)
+	s, base := startBounded(t, 0, "--max-job-memory", strconv.Itoa(limit))
+	ctl := s.dial(t)
+	name := func(w, i int) string { return fmt.Sprintf("%s-%d-%d", strings.Repeat("t", 180), w, i) }
+	var conns []*conn
+	watched, refused := 0, 0
+	for w := 0; w < watchers; w++ {
+		c := s.dial(t)
+		conns = append(conns, c)
+		var b strings.Builder
+		for i := 0; i < each; i++ {
+			fmt.Fprintf(&b, "watch %s\r\n", name(w, i))
+		}
+		mustSend(t, c, b.String())
+		n := 1 // default
+		for i := 0; i < each; i++ {
+			switch line := readLineWithin(t, c, 4*defaultTimeout); line {
+			case "OUT_OF_MEMORY":
+				refused++
+			case fmt.Sprintf("WATCHING %d", n+1):
+				n++
+				watched++
+			default:
+				t.Fatalf("watcher %d, watch %d: %s (watching %d)", w, i, show(line), n)
+			}
+		}
+	}
+	if refused == 0 {
+		t.Fatalf("%d new tubes watched under a ceiling of %d bytes, none refused", watched, limit)
+	}
+	tubes := memBytes(t, base, "tubes")
+	if tubes > limit || watched < limit/4096 {
+		t.Fatalf("%d tubes watched (%d refused), charged %d bytes, ceiling %d", watched, refused, tubes, limit)
+	}
+	if st := stats(t, ctl); statInt(t, st, "current-tubes") != int64(watched+1) {
+		t.Fatalf("current-tubes %s, %d watched and default", st["current-tubes"], watched)
+	}
+	roundTrip(t, ctl, 4*defaultTimeout)
+
+	// A new tube is refused to use and watch alike; an existing one is not.
+	mustSend(t, ctl, "use brand-new\r\nwatch brand-new\r\nlist-tube-used\r\n")
+	expect(t, ctl, "OUT_OF_MEMORY\r\nOUT_OF_MEMORY\r\nUSING default\r\n")
+	mustSend(t, ctl, "use "+name(0, 0)+"\r\nwatch "+name(0, 1)+"\r\n")
+	expect(t, ctl, "USING "+name(0, 0)+"\r\nWATCHING 2\r\n")
+	// The tubes fill the same ceiling as the jobs.
+	mustSend(t, ctl, "put 0 0 60 4\r\njob!\r\n")
+	expect(t, ctl, "OUT_OF_MEMORY\r\n")
+
+	// The watchers leave: their tubes go (but the two ctl holds), and new
+	// tubes fit again.
+	for _, c := range conns {
+		c.nc.Close()
+	}
+	waitFor(t, 4*defaultTimeout, "the watchers' tubes to be freed", func() bool {
+		return statInt(t, stats(t, ctl), "current-tubes") == 3
+	})
+	if n := memBytes(t, base, "tubes"); n > 3*1024 {
+		t.Fatalf("tubes charged %d bytes with 3 tubes left", n)
+	}
+	mustSend(t, ctl, "watch brand-new\r\n")
+	expect(t, ctl, "WATCHING 3\r\n")
+	mustSend(t, ctl, "put 0 0 60 4\r\njob!\r\n")
+	if line := readLine(t, ctl); !strings.HasPrefix(line, "INSERTED ") {
+		t.Fatalf("put once the tubes are freed: %s", show(line))
+	}
+	alive(t, s)
+}

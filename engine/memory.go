@@ -142,6 +142,13 @@ func (e *Engine) charge(shard int, k counter, cost int64) bool {
 // uncharge returns a job's cost, on whichever shard frees it.
 func (e *Engine) uncharge(shard int, cost int64) { e.ctr.add(shard, cJobBytes, -cost) }
 
+// tubeCost is what a tube with this name is charged: the Tube struct, its
+// name twice (a string and a byte copy), its entry in the registry's map
+// and list.
+func tubeCost(name []byte) int64 {
+	return int64(allocSize(int(unsafe.Sizeof(Tube{}))) + 2*allocSize(max(len(name), 1)) + 64)
+}
+
 // AllocSize is the memory the Go allocator takes for an object of n bytes
 // without pointers (allocSize).
 func AllocSize(n int) int { return allocSize(n) }
