@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // startBounded starts a server with --http and the flags given, under an
@@ -78,6 +79,13 @@ func memBytes(t *testing.T, base, kind string) int64 {
 func readBytes(t *testing.T, base string) int64 {
 	t.Helper()
 	return int64(scrape(t, base)["beanpole_read_bytes_total"].GetMetric()[0].GetCounter().GetValue())
+}
+
+// writtenBytes reads beanpole_written_bytes_total: the replies the server
+// handed to the sockets.
+func writtenBytes(t *testing.T, base string) int64 {
+	t.Helper()
+	return int64(scrape(t, base)["beanpole_written_bytes_total"].GetMetric()[0].GetCounter().GetValue())
 }
 
 // alive fails the test if the server exited.
@@ -258,6 +266,106 @@ func TestNewTubesAreChargedToTheCeiling(t *testing.T) {
 	mustSend(t, ctl, "put 0 0 60 4\r\njob!\r\n")
 	if line := readLine(t, ctl); !strings.HasPrefix(line, "INSERTED ") {
 		t.Fatalf("put once the tubes are freed: %s", show(line))
+	}
+	alive(t, s)
+}
+
+// cpuSeconds is the CPU time the process has used (user and system).
+func cpuSeconds(t *testing.T, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	// Fields after the command name, which is in parentheses: utime is
+	// the 14th field of the line, stime the 15th, in clock ticks (100 Hz
+	// on Linux).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100
+}
+
+// Replies a client does not read are charged against the ceiling. 300
+// clients each pipeline 100 peeks of a 60 KB job and read nothing: they
+// used to hold over a mebibyte of copies each in the server (and
+// thousands of them killed it), and the connections held back were woken
+// every 5 ms to look at their output, so the idle server spun. Now the
+// unsent replies of all of them together stay within the ceiling (give or
+// take one batch per loop and one reply per connection), past it a put
+// is answered OUT_OF_MEMORY, another client's round trip stays fast, the
+// server uses next to no CPU while they wait, and a client that then
+// reads gets every reply, in order.
+func TestUnreadRepliesAreChargedAndDoNotSpin(t *testing.T) {
+	skipUnlessBeanpole(t, "--max-job-memory is beanpole's")
+	t.Parallel()
+	const (
+		limit   = 8 << 20
+		size    = 60000
+		readers = 300
+		peeks   = 100
+	)
+	s, base := startBounded(t, 1<<20, "--max-job-memory", strconv.Itoa(limit))
+	ctl := s.dial(t)
+	body := string(pattern(size))
+	put(t, ctl, 0, 0, 600, body, 1)
+	reply := fmt.Sprintf("FOUND 1 %d\r\n%s\r\n", size, body)
+	var clients []*conn
+	for i := 0; i < readers; i++ {
+		c := s.dial(t)
+		mustSend(t, c, strings.Repeat("peek 1\r\n", peeks))
+		clients = append(clients, c)
+	}
+	jobs := memBytes(t, base, "jobs") + memBytes(t, base, "tubes")
+	waitFor(t, 6*defaultTimeout, "the unread replies to reach the ceiling", func() bool {
+		alive(t, s)
+		return memBytes(t, base, "replies")+jobs >= limit-2*int64(len(reply))
+	})
+	held := memBytes(t, base, "replies")
+	if bound := int64(limit + 2*(4<<20) + readers*len(reply)); held > bound {
+		t.Fatalf("%d clients that do not read hold %d bytes of replies; want at most %d", readers, held, bound)
+	}
+	mustSend(t, ctl, "put 0 0 60 3\r\nabc\r\n")
+	expect(t, ctl, "OUT_OF_MEMORY\r\n")
+	roundTrip(t, ctl, 4*defaultTimeout)
+
+	// Idle: nobody reads, nothing polls. (Once the server has written
+	// what the sockets take.)
+	last, since := int64(-1), time.Now()
+	waitFor(t, 6*defaultTimeout, "the server to stop writing", func() bool {
+		if w := writtenBytes(t, base); w != last {
+			last, since = w, time.Now()
+		}
+		return time.Since(since) >= 300*time.Millisecond
+	})
+	pid := s.pid()
+	cpu0, t0 := cpuSeconds(t, pid), time.Now()
+	waitFor(t, 4*defaultTimeout, "two seconds to pass", func() bool { return time.Since(t0) >= 2*time.Second })
+	if share := (cpuSeconds(t, pid) - cpu0) / time.Since(t0).Seconds(); share > 0.10 {
+		t.Fatalf("the server used %.0f%% of a CPU while %d clients did not read", 100*share, readers)
+	} else {
+		t.Logf("%d clients not reading hold %d bytes of replies; the server used %.1f%% of a CPU meanwhile", readers, held, 100*share)
+	}
+
+	// A few start reading: each gets all of its replies, in order.
+	want := strings.Repeat(reply, peeks)
+	for _, c := range clients[:8] {
+		got := readN(t, c, len(want), 4*defaultTimeout)
+		if got != want {
+			t.Fatalf("a client that reads got different replies%s", diffMsg(want, got))
+		}
+		roundTrip(t, c, 4*defaultTimeout)
+	}
+	// The rest leave: the charge goes back.
+	for _, c := range clients[8:] {
+		c.nc.Close()
+	}
+	waitFor(t, 4*defaultTimeout, "the replies' charge to go back", func() bool {
+		return memBytes(t, base, "replies") == 0
+	})
+	mustSend(t, ctl, "put 0 0 60 3\r\nabc\r\n")
+	if line := readLine(t, ctl); !strings.HasPrefix(line, "INSERTED ") {
+		t.Fatalf("put once the replies are gone: %s", show(line))
 	}
 	alive(t, s)
 }

@@ -43,6 +43,7 @@ func (s *Server) process(c *conn) gnet.Action {
 	if c.closed {
 		out.discard() // gnet closed it under a write: nothing can be sent
 	} else if action == gnet.None {
+		s.chargeOutput(c)
 		if c.holdsInput && !c.waits() {
 			s.holdInput(c, 0)
 		}
@@ -72,12 +73,9 @@ func (s *Server) pass(c *conn) gnet.Action {
 	if c.parked {
 		j, outcome := c.cl.TakeWakeup()
 		if outcome == engine.Parked {
-			if c.throttled {
-				// Nothing runs until the reserve is answered; that path
-				// re-checks the output, so the sweeper need not poll us.
-				c.throttled = false
-				s.throttled.remove(c)
-			}
+			// Nothing runs until the reserve is answered; that path
+			// re-checks the output.
+			c.throttled = false
 			return s.checkInputCap(c)
 		}
 		c.parked = false
@@ -93,12 +91,13 @@ func (s *Server) pass(c *conn) gnet.Action {
 		c.awaiting = false
 	}
 	if c.throttled {
-		if gc.OutboundBuffered() > s.cfg.HighWater/2 {
+		// Its output drains while it is not read; gnet's "output
+		// drained" event brings it back here.
+		if gc.OutboundBuffered() > 0 {
 			s.send(c, 0)
 			return s.checkInputCap(c)
 		}
 		c.throttled = false
-		s.throttled.remove(c)
 	}
 	out := &c.ls.out
 	buf, _ := gc.Peek(-1)
@@ -168,14 +167,17 @@ func (s *Server) pass(c *conn) gnet.Action {
 			}
 		}
 		s.settle(c, p, from)
-		if out.full() {
+		// Near the memory ceiling each reply is written on its own, so
+		// that a connection whose client does not read holds at most one
+		// of them past it before it is throttled.
+		if out.full() || out.tight && !out.empty() {
 			s.send(c, off)
 			if c.closed {
 				return gnet.Close
 			}
 			buf, _ = gc.Peek(-1)
 			off = 0
-			if gc.OutboundBuffered() > s.cfg.HighWater {
+			if !s.chargeOutput(c) || gc.OutboundBuffered() > s.cfg.HighWater {
 				break
 			}
 		}
@@ -191,15 +193,11 @@ done:
 	if action == gnet.Close { // quit: what came before it is answered
 		return s.startClosing(c)
 	}
-	if n := gc.OutboundBuffered(); n > s.cfg.HighWater {
-		if n > s.cfg.HardCap {
-			s.log.Warn().Str("remote", addr(gc)).Int("pending", n).Msg("closing connection: it does not read its replies")
-			return gnet.Close
-		}
-		if !c.throttled {
-			c.throttled = true
-			s.throttled.add(c)
-		}
+	if !s.chargeOutput(c) || gc.OutboundBuffered() > s.cfg.HighWater {
+		// Its replies back up: it is not read until they are sent, and
+		// then gnet's "output drained" event resumes it. A reply is never
+		// cut short, however large: a client that reads gets it all.
+		c.throttled = true
 	}
 	if c.awaiting || c.heldPending() || c.parked {
 		return s.checkInputCap(c)
@@ -223,10 +221,7 @@ func (s *Server) startClosing(c *conn) gnet.Action {
 	if c.gc.OutboundBuffered() == 0 {
 		return gnet.Close
 	}
-	if c.throttled {
-		c.throttled = false
-		s.throttled.remove(c)
-	}
+	c.throttled = false
 	s.throttled.addClosing(c, time.Now().Add(closeGrace))
 	return gnet.None
 }
@@ -304,6 +299,41 @@ func keepTrailingCR(buf []byte, off int) int {
 		return n - 1
 	}
 	return len(buf)
+}
+
+// chargeOutput brings the charge for c's unsent output (what gnet holds
+// because the socket did not take it) against the memory ceiling
+// (MemReplies) up to date. It reports false when the output is past the
+// ceiling: the bytes exist, so they are counted anyway, and c is to be
+// throttled until they are sent. While c holds charged output it is not
+// read (setReading), so gnet reports when the output has drained and the
+// charge goes back. Connections whose output the socket took at once, the
+// common case, cost a look at gnet's counter.
+func (s *Server) chargeOutput(c *conn) bool {
+	n := 0
+	if !c.closed {
+		n = c.gc.OutboundBuffered()
+	}
+	if n == 0 && !c.holdsOutput() {
+		return true
+	}
+	x := c.extra()
+	d := int64(n) - x.outCharged
+	x.outCharged = int64(n)
+	ls := c.ls
+	switch {
+	case d < 0:
+		s.eng.Uncharge(ls.shard, engine.MemReplies, -d)
+		ls.out.tight = false
+	case d > 0:
+		if !s.eng.Charge(ls.shard, engine.MemReplies, d) {
+			s.eng.ChargeAnyway(ls.shard, engine.MemReplies, d)
+			ls.out.tight = true
+			return false
+		}
+		ls.out.tight = false
+	}
+	return !ls.out.tight || n == 0
 }
 
 // checkInputCap is the last line of defence behind setReading. A
