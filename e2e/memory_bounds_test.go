@@ -9,6 +9,7 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -368,4 +369,86 @@ func TestUnreadRepliesAreChargedAndDoNotSpin(t *testing.T) {
 		t.Fatalf("put once the replies are gone: %s", show(line))
 	}
 	alive(t, s)
+}
+
+// A client that reads gets every byte of a reply however large: list-tubes
+// of 400,000 tubes with 200-byte names is 81 MB, and it used to be cut
+// after some MB, the connection closed as one that "does not read its
+// replies". Only a client that stops reading is held back, and then it is
+// paused, not closed.
+func TestLargeReplyReachesAReadingClient(t *testing.T) {
+	skipUnlessBeanpole(t, "the output bound is beanpole's")
+	t.Parallel()
+	const (
+		conns = 2000
+		each  = 200
+	)
+	s := startServer(t)
+	tube := func(w, i int) string {
+		prefix := fmt.Sprintf("%d-%d-", w, i)
+		return prefix + strings.Repeat("n", 200-len(prefix))
+	}
+	// Each connection watches its tubes, which live as long as it does.
+	errs := make(chan error, conns)
+	var watchers []*conn
+	for w := 0; w < conns; w++ {
+		watchers = append(watchers, s.dial(t))
+	}
+	work := make(chan int)
+	for g := 0; g < 8; g++ {
+		go func() {
+			for w := range work {
+				c := watchers[w]
+				var b strings.Builder
+				for i := 0; i < each; i++ {
+					fmt.Fprintf(&b, "watch %s\r\n", tube(w, i))
+				}
+				_ = c.nc.SetDeadline(time.Now().Add(2 * time.Minute))
+				if _, err := c.nc.Write([]byte(b.String())); err != nil {
+					errs <- err
+					continue
+				}
+				want := 0
+				for i := 0; i < each; i++ {
+					want += len(fmt.Sprintf("WATCHING %d\r\n", i+2))
+				}
+				got := make([]byte, want)
+				if _, err := io.ReadFull(c.nc, got); err != nil {
+					errs <- err
+					continue
+				}
+				if !strings.HasSuffix(string(got), fmt.Sprintf("WATCHING %d\r\n", each+1)) {
+					errs <- fmt.Errorf("watcher %d: %s", w, show(string(got)))
+					continue
+				}
+				errs <- nil
+			}
+		}()
+	}
+	for w := 0; w < conns; w++ {
+		work <- w
+	}
+	close(work)
+	for w := 0; w < conns; w++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("watching the tubes: %v", err)
+		}
+	}
+
+	c := s.dial(t)
+	mustSend(t, c, "list-tubes\r\n")
+	head := readLineWithin(t, c, time.Minute)
+	var n int
+	if _, err := fmt.Sscanf(head, "OK %d", &n); err != nil {
+		t.Fatalf("list-tubes: %s", show(head))
+	}
+	if n < 64<<20 {
+		t.Fatalf("list-tubes of %d tubes is only %d bytes", conns*each+1, n)
+	}
+	body := readN(t, c, n+2, 2*time.Minute)
+	if !strings.HasPrefix(body, "---\n- default\n") || !strings.HasSuffix(body, "\n\r\n") ||
+		strings.Count(body, "\n- ") != conns*each+1 {
+		t.Fatalf("list-tubes of %d bytes: %d tubes listed, want %d and default", n, strings.Count(body, "\n- ")-1, conns*each)
+	}
+	roundTrip(t, c, defaultTimeout)
 }
