@@ -46,6 +46,8 @@ func (s statsSource) Latency(name []byte) (wait, run engine.Histogram, ok bool) 
 	return s.eng.Latency(name)
 }
 
+func (s statsSource) Memory(k engine.MemKind) int64 { return s.eng.Memory(k) }
+
 // readToken reads the dashboard's token: the file's content without
 // surrounding white space, which must leave something.
 func readToken(path string) ([]byte, error) {

@@ -31,6 +31,8 @@ type Source interface {
 	// first reserve: an idle tube costs no histogram series.
 	OldestReady(name []byte) (time.Duration, bool)
 	Latency(name []byte) (wait, run engine.Histogram, ok bool)
+	// Memory is the bytes of one kind charged against the memory ceiling.
+	Memory(k engine.MemKind) int64
 }
 
 // Metric names.
@@ -101,6 +103,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(
 		prometheus.NewDesc("beanpole_written_bytes_total", "Protocol bytes written to clients.", nil, nil),
 		prometheus.CounterValue, float64(out))
+	for k := engine.MemKind(0); k < engine.NumMemKinds; k++ {
+		ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(src.Memory(k)), engine.MemKindNames[k])
+	}
 	if bl, ok := src.Binlog(); ok {
 		collectBinlog(ch, &bl)
 	}
@@ -149,6 +154,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			"Tubes summed into tube=\""+otherTube+"\" (beyond --metrics-max-tubes).", nil, nil),
 		prometheus.GaugeValue, float64(folded))
 }
+
+var descMemory = prometheus.NewDesc("beanpole_memory_bytes",
+	"Memory charged against the ceiling (--max-job-memory), by what holds it: jobs, tubes, put bodies still arriving (partial_bodies), replies not yet read (replies).",
+	[]string{"kind"}, nil)
 
 // What upstream cannot give, per tube (the folded tubes: the oldest of
 // their oldest, their histograms summed).

@@ -35,9 +35,11 @@ Long options:
  --help     same as -h
  --version  same as -v
  --max-job-memory BYTES
-            ceiling on the memory held by jobs (suffix K, M, G, T allowed;
-            0 for none); past it puts get OUT_OF_MEMORY (default is derived
-            from the cgroup, address-space or physical memory limit)
+            ceiling on the memory clients can make the server hold: jobs,
+            tubes, put bodies under way, unsent replies (suffix K, M, G, T
+            allowed; 0 for none); past it puts and use or watch of a new
+            tube get OUT_OF_MEMORY (default is derived from the cgroup,
+            address-space or physical memory limit)
  --http HOST:PORT
             serve the dashboard, /metrics, /healthz and /readyz over HTTP
             (":PORT" is 127.0.0.1:PORT); off by default

@@ -88,8 +88,8 @@ func (e *Engine) InitClient(c *Client, shard int, w Waker) {
 		c.journalState = &journalState{}
 		c.wakeAt.Store(noWake)
 	}
-	c.use = e.reg.acquire(e, e.defaultTube.nameBytes, true)
-	c.watchOne[0] = e.reg.acquire(e, e.defaultTube.nameBytes, false)
+	c.use = e.reg.acquire(e, shard, e.defaultTube.nameBytes, true)
+	c.watchOne[0] = e.reg.acquire(e, shard, e.defaultTube.nameBytes, false)
 	e.ctr.add(shard, cConnections, 1)
 	e.ctr.add(shard, cTotalConnections, 1)
 }
@@ -139,28 +139,40 @@ func (c *Client) MarkWorker() {
 	}
 }
 
-// Use switches the used tube.
-func (c *Client) Use(name []byte) {
+// Use switches the used tube. ok is false, and nothing changed, when the
+// tube is new and does not fit under the memory ceiling (OUT_OF_MEMORY).
+func (c *Client) Use(name []byte) (ok bool) {
 	if string(c.use.nameBytes) == string(name) {
-		return
+		return true
+	}
+	t := c.e.reg.acquire(c.e, int(c.shard), name, true)
+	if t == nil {
+		return false
 	}
 	old := c.use
-	c.use = c.e.reg.acquire(c.e, name, true)
+	c.use = t
 	c.e.reg.release(old, true)
+	return true
 }
 
-// Watch adds a tube to the watch list and returns the list's length.
-func (c *Client) Watch(name []byte) int {
+// Watch adds a tube to the watch list and returns the list's length. ok is
+// false, and nothing changed, when the tube is new and does not fit under
+// the memory ceiling (OUT_OF_MEMORY).
+func (c *Client) Watch(name []byte) (n int, ok bool) {
 	ws := c.Watched()
 	for _, t := range ws {
 		if string(t.nameBytes) == string(name) {
-			return len(ws)
+			return len(ws), true
 		}
 	}
+	t := c.e.reg.acquire(c.e, int(c.shard), name, false)
+	if t == nil {
+		return len(ws), false
+	}
 	// A full slice: appending never writes into watchOne.
-	ws = append(ws[:len(ws):len(ws)], c.e.reg.acquire(c.e, name, false))
+	ws = append(ws[:len(ws):len(ws)], t)
 	c.setWatched(ws)
-	return len(ws)
+	return len(ws), true
 }
 
 // Ignore drops a tube from the watch list. ok is false when it is the only

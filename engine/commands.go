@@ -28,7 +28,7 @@ func (c *Client) Put(now int64, id uint64, pri uint32, delay, ttr time.Duration,
 		ttr = time.Second
 	}
 	cost := jobCost(body)
-	if !c.e.charge(int(c.shard), cost) {
+	if !c.e.charge(int(c.shard), cJobBytes, cost) {
 		return nil, ErrNoMemory
 	}
 	// The creation time is the engine's monotonic clock on its wall-clock

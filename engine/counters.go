@@ -27,6 +27,11 @@ const (
 	// loop changes it.
 	cJobBytes
 	cJobGrant
+	// The other memory charged to the same ceiling (memory.go, MemKind):
+	// tubes, put bodies still arriving, replies a client has not read.
+	cTubeBytes
+	cPartialBytes
+	cReplyBytes
 	numCounters
 )
 

@@ -214,6 +214,7 @@ func (e *Engine) Restore(jobs []*record.Job, maxID uint64) {
 		t := e.reg.byName[r.Tube]
 		if t == nil {
 			t = newTube(e, []byte(r.Tube))
+			e.ctr.add(0, cTubeBytes, tubeCost(t.nameBytes)) // past any ceiling: the jobs exist
 			e.reg.add(t)
 		}
 		e.reg.mu.Unlock()

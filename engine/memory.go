@@ -11,7 +11,8 @@ import (
 // it when malloc fails; nothing changed.
 var ErrNoMemory = errors.New("the memory held by jobs is at its ceiling")
 
-// Job memory.
+// Job memory (and, against the same ceiling, the other memory clients can
+// make the server hold: MemKind).
 //
 // Every job is charged what it keeps alive on the heap: its body as the
 // allocator rounds it (a 64 KiB body takes nine 8 KiB pages) plus
@@ -58,34 +59,99 @@ func (e *Engine) JobMemory() (used, limit int64) {
 	return max(e.ctr.sum(cJobBytes)-e.ctr.sum(cJobGrant), 0), e.memLimit
 }
 
-// charge counts cost against the ceiling on shard's counters, or reports
-// false (and counts nothing) if it does not fit.
-func (e *Engine) charge(shard int, cost int64) bool {
+// MemKind is what a charge against the ceiling is for. Jobs are charged by
+// the engine itself (Put); tubes too (Use, Watch); the network layer
+// charges the put bodies it is still receiving and the replies a client
+// has not read yet (Charge, Uncharge). One ceiling bounds them all, so no
+// client can make the server hold more than it by any of these means.
+type MemKind int
+
+const (
+	MemJobs MemKind = iota
+	MemTubes
+	MemPartialBodies
+	MemReplies
+	NumMemKinds
+)
+
+var memCounters = [NumMemKinds]counter{cJobBytes, cTubeBytes, cPartialBytes, cReplyBytes}
+
+// MemKindNames name the kinds for metrics.
+var MemKindNames = [NumMemKinds]string{"jobs", "tubes", "partial_bodies", "replies"}
+
+// Memory reports the bytes charged for one kind.
+func (e *Engine) Memory(k MemKind) int64 {
+	if k == MemJobs {
+		used, _ := e.JobMemory()
+		return used
+	}
+	return max(e.ctr.sum(memCounters[k]), 0)
+}
+
+// Charge counts n bytes of kind k against the ceiling on the caller's
+// shard (its event loop's: the shard's grant is the loop's alone), or
+// reports false, counting nothing, if they do not fit.
+func (e *Engine) Charge(shard int, k MemKind, n int64) bool {
+	return e.charge(shard, memCounters[k], n)
+}
+
+// ChargeAnyway counts n bytes of kind k that are already held, past the
+// ceiling if need be (they exist: refusing to count them would hide them).
+func (e *Engine) ChargeAnyway(shard int, k MemKind, n int64) {
+	e.ctr.add(shard, memCounters[k], n)
+}
+
+// Uncharge returns n bytes of kind k, on any shard.
+func (e *Engine) Uncharge(shard int, k MemKind, n int64) {
+	e.ctr.add(shard, memCounters[k], -n)
+}
+
+// charge counts cost in counter k against the ceiling on shard's counters,
+// or reports false (and counts nothing) if it does not fit. The grant is
+// counted in cJobBytes until it is spent; spending it on another kind moves
+// the bytes to that kind's counter.
+func (e *Engine) charge(shard int, k counter, cost int64) bool {
 	v := &e.ctr.shards[shard].v
 	if e.memLimit <= 0 {
-		v[cJobBytes].Add(cost)
+		v[k].Add(cost)
 		return true
 	}
 	g := v[cJobGrant].Load()
 	if g >= cost {
 		v[cJobGrant].Store(g - cost) // already in cJobBytes
+		if k != cJobBytes {
+			v[cJobBytes].Add(-cost)
+			v[k].Add(cost)
+		}
 		return true
 	}
 	// Give back what is left of the grant, then look at the total.
 	v[cJobGrant].Store(0)
 	v[cJobBytes].Add(-g)
-	room := e.memLimit - e.ctr.sum(cJobBytes)
+	room := e.memLimit - e.ctr.sum(cJobBytes) - e.ctr.sum(cTubeBytes) - e.ctr.sum(cPartialBytes) - e.ctr.sum(cReplyBytes)
 	if room < cost {
 		return false
 	}
 	g = (room - cost) / int64(grantShare*len(e.ctr.shards))
-	v[cJobBytes].Add(cost + g)
+	v[k].Add(cost)
+	v[cJobBytes].Add(g)
 	v[cJobGrant].Store(g)
 	return true
 }
 
 // uncharge returns a job's cost, on whichever shard frees it.
 func (e *Engine) uncharge(shard int, cost int64) { e.ctr.add(shard, cJobBytes, -cost) }
+
+// tubeCost is what a tube with this name is charged: the Tube struct, its
+// name twice (a string and a byte copy), its entry in the registry's map
+// and list.
+func tubeCost(name []byte) int64 {
+	return int64(allocSize(int(unsafe.Sizeof(Tube{}))) + 2*allocSize(max(len(name), 1)) + 64)
+}
+
+// AllocSize is the memory the Go allocator takes for an object of n bytes
+// without pointers (allocSize).
+func AllocSize(n int) int { return allocSize(n) }
 
 // allocSize is the memory the Go allocator takes for an object of n bytes
 // without pointers: its size class up to 32 KiB, whole 8 KiB pages beyond.

@@ -151,7 +151,7 @@ func TestJobMemoryCountedWithoutCeiling(t *testing.T) {
 func TestJobMemoryWithJournal(t *testing.T) {
 	e, f := newJournaled(1)
 	cost := jobCost(body(1002))
-	e.SetJobMemoryLimit(2 * cost)
+	e.SetJobMemoryLimit(2*cost + e.Memory(MemTubes)) // the default tube is charged too
 	c, _ := newTestClient(e, 1)
 	j1, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, body(1002))
 	if err != nil {

@@ -213,7 +213,10 @@ func (o *Operator) Move(id uint64, tube string) (newID uint64, err error) {
 		if src.Name == tube {
 			return ErrSameTube
 		}
-		dst := e.reg.acquire(e, []byte(tube), true)
+		dst := e.reg.acquire(e, int(c.shard), []byte(tube), true)
+		if dst == nil {
+			return ErrNoMemory
+		}
 		defer e.reg.release(dst, true)
 		var buf [2]*Tube
 		tubes := lockInOrder(append(buf[:0], src, dst))
@@ -232,7 +235,7 @@ func (o *Operator) Move(id uint64, tube string) (newID uint64, err error) {
 			return ErrNoJob
 		}
 		cost := jobCost(j.Body)
-		if !e.charge(int(c.shard), cost) {
+		if !e.charge(int(c.shard), cJobBytes, cost) {
 			unlock()
 			return ErrNoMemory
 		}

@@ -15,6 +15,7 @@ type registry struct {
 func (r *registry) init(e *Engine) *Tube {
 	r.byName = make(map[string]*Tube)
 	t := newTube(e, []byte("default"))
+	e.ctr.add(0, cTubeBytes, tubeCost(t.nameBytes))
 	r.add(t)
 	return t
 }
@@ -25,11 +26,17 @@ func (r *registry) add(t *Tube) {
 	r.byName[t.Name] = t
 }
 
-// acquire finds or creates the tube and counts one use or watch of it.
-func (r *registry) acquire(e *Engine, name []byte, using bool) *Tube {
+// acquire finds or creates the tube and counts one use or watch of it. A
+// new tube is charged against the memory ceiling on shard; nil means it
+// did not fit (nothing changed).
+func (r *registry) acquire(e *Engine, shard int, name []byte, using bool) *Tube {
 	r.mu.Lock()
 	t := r.byName[string(name)]
 	if t == nil {
+		if !e.charge(shard, cTubeBytes, tubeCost(name)) {
+			r.mu.Unlock()
+			return nil
+		}
 		t = newTube(e, name)
 		r.add(t)
 	}
@@ -75,6 +82,7 @@ func (r *registry) freeIfUnusedLocked(t *Tube) {
 		return
 	}
 	t.dead = true
+	t.e.ctr.add(0, cTubeBytes, -tubeCost(t.nameBytes))
 	delete(r.byName, t.Name)
 	last := len(r.list) - 1
 	moved := r.list[last]

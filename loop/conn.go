@@ -55,7 +55,14 @@ type conn struct {
 type connExtra struct {
 	putState
 	held heldReplies
+	// outCharged is c's unsent output as last charged against the memory
+	// ceiling (chargeOutput).
+	outCharged int64
 }
+
+// holdsOutput reports whether c's unsent output is charged against the
+// memory ceiling.
+func (c *conn) holdsOutput() bool { return c.connExtra != nil && c.outCharged != 0 }
 
 // extra returns c's connExtra, allocating it at first use.
 func (c *conn) extra() *connExtra {
@@ -76,7 +83,10 @@ func (c *conn) hungUp() bool { return c.gc.PeerClosed() || c.gc.PeerHangup() }
 // setReading is beanpole's flow control, the one C gets for free by not
 // reading a client it cannot serve: while c's input cannot be processed
 // (a reserve waits, a command awaits the binlog, unsent output is past the
-// high-water mark, or it is closing) gnet stops reading its socket, the
+// high-water mark or the memory ceiling, or it is closing) or some of its
+// output waits to be sent (so that gnet reports when it has drained; C
+// too reads no further command before its reply is sent) gnet stops
+// reading its socket, the
 // kernel's buffers fill and TCP's window holds the client back, instead
 // of the input piling up in our memory. Reading resumes (and gnet replays
 // what it had buffered) as soon as c can go on.
@@ -86,7 +96,7 @@ func (c *conn) hungUp() bool { return c.gc.PeerClosed() || c.gc.PeerHangup() }
 // cost two epoll_ctl calls per wait. It is paused at its first read that
 // cannot be served, so gnet still buffers at most one read of it.
 func (c *conn) setReading() {
-	pause := c.closing || (c.parked || c.awaiting || c.throttled) && c.gc.InboundBuffered() > 0
+	pause := c.closing || c.holdsOutput() || (c.parked || c.awaiting || c.throttled) && c.gc.InboundBuffered() > 0
 	if pause == c.readPaused || c.closed {
 		return
 	}
@@ -119,7 +129,13 @@ type heldEntry struct {
 type putState struct {
 	put  putHeader
 	body []byte
-	skip uint64 // body bytes of a too-big put still to drop
+	// bodyCharged is what body is charged against the memory ceiling
+	// (growBody); a body cloned whole in one pass is not.
+	bodyCharged int64
+	skip        uint64 // body bytes of a refused put still to drop
+	// skipNoMemory: the put being dropped did not fit under the memory
+	// ceiling (OUT_OF_MEMORY), rather than being over -z (JOB_TOO_BIG).
+	skipNoMemory bool
 }
 
 // hold moves the replies batched since p (one command's, which appended

@@ -98,10 +98,17 @@ func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Act
 	case codec.OpPeekBuried:
 		s.found(out, cl.PeekBuried())
 	case codec.OpUse:
-		cl.Use(cmd.Tube)
+		if !cl.Use(cmd.Tube) {
+			out.buf = append(out.buf, codec.RepOutOfMemory...)
+			break
+		}
 		out.buf = codec.AppendUsing(out.buf, cl.Used().NameBytes())
 	case codec.OpWatch:
-		out.buf = codec.AppendWatching(out.buf, uint64(cl.Watch(cmd.Tube)))
+		if n, ok := cl.Watch(cmd.Tube); ok {
+			out.buf = codec.AppendWatching(out.buf, uint64(n))
+		} else {
+			out.buf = append(out.buf, codec.RepOutOfMemory...)
+		}
 	case codec.OpIgnore:
 		if n, ok := cl.Ignore(cmd.Tube); ok {
 			out.buf = codec.AppendWatching(out.buf, uint64(n))

@@ -32,10 +32,14 @@ func (h *handler) OnClose(gc gnet.Conn, err error) gnet.Action {
 	s := h.s
 	c.closed = true
 	s.holdInput(c, 0)
-	if c.throttled || c.closing {
+	if c.closing {
 		s.throttled.remove(c)
 	}
 	c.cl.Close()
+	if c.connExtra != nil {
+		c.releaseBody()
+		s.chargeOutput(c) // gnet drops what was not sent
+	}
 	c.connExtra = nil
 	if s.cfg.Verbosity > 0 {
 		s.log.Info().Int("fd", gc.Fd()).AnErr("err", err).Msg("close")

@@ -20,6 +20,10 @@ type output struct {
 	// once it holds a few MiB, so one pass of pipelined peeks of big jobs
 	// cannot make gnet copy gigabytes before the output caps are checked.
 	bodies int
+	// tight: the loop's last charge for unsent output did not fit under
+	// the memory ceiling (chargeOutput). Until one fits again, each reply
+	// is written on its own.
+	tight bool
 }
 
 // Bodies up to this size are copied into the batch: a copy is cheaper than

@@ -43,6 +43,7 @@ func (s *Server) process(c *conn) gnet.Action {
 	if c.closed {
 		out.discard() // gnet closed it under a write: nothing can be sent
 	} else if action == gnet.None {
+		s.chargeOutput(c)
 		if c.holdsInput && !c.waits() {
 			s.holdInput(c, 0)
 		}
@@ -72,12 +73,9 @@ func (s *Server) pass(c *conn) gnet.Action {
 	if c.parked {
 		j, outcome := c.cl.TakeWakeup()
 		if outcome == engine.Parked {
-			if c.throttled {
-				// Nothing runs until the reserve is answered; that path
-				// re-checks the output, so the sweeper need not poll us.
-				c.throttled = false
-				s.throttled.remove(c)
-			}
+			// Nothing runs until the reserve is answered; that path
+			// re-checks the output.
+			c.throttled = false
 			return s.checkInputCap(c)
 		}
 		c.parked = false
@@ -93,12 +91,13 @@ func (s *Server) pass(c *conn) gnet.Action {
 		c.awaiting = false
 	}
 	if c.throttled {
-		if gc.OutboundBuffered() > s.cfg.HighWater/2 {
+		// Its output drains while it is not read; gnet's "output
+		// drained" event brings it back here.
+		if gc.OutboundBuffered() > 0 {
 			s.send(c, 0)
 			return s.checkInputCap(c)
 		}
 		c.throttled = false
-		s.throttled.remove(c)
 	}
 	out := &c.ls.out
 	buf, _ := gc.Peek(-1)
@@ -116,15 +115,21 @@ func (s *Server) pass(c *conn) gnet.Action {
 			c.skip -= n
 			if c.skip == 0 {
 				c.phase = phaseCommand
-				out.buf = append(out.buf, codec.RepJobTooBig...)
+				if c.skipNoMemory {
+					c.skipNoMemory = false
+					out.buf = append(out.buf, codec.RepOutOfMemory...)
+				} else {
+					out.buf = append(out.buf, codec.RepJobTooBig...)
+				}
 			}
 		case phaseBody:
 			off += c.readBody(buf[off:])
-			if off == len(buf) && len(c.body) >= directBody && len(c.body) < int(c.put.bytes)+2 {
+			if c.phase == phaseBody && off == len(buf) && len(c.body) >= directBody && len(c.body) < int(c.put.bytes)+2 {
 				c.readBodyDirect()
 			}
-			if len(c.body) == int(c.put.bytes)+2 {
+			if c.phase == phaseBody && len(c.body) == int(c.put.bytes)+2 {
 				c.phase = phaseCommand
+				c.releaseBody() // the job is charged for it
 				s.finishPut(c)
 			}
 		case phaseDiscardLine:
@@ -162,14 +167,17 @@ func (s *Server) pass(c *conn) gnet.Action {
 			}
 		}
 		s.settle(c, p, from)
-		if out.full() {
+		// Near the memory ceiling each reply is written on its own, so
+		// that a connection whose client does not read holds at most one
+		// of them past it before it is throttled.
+		if out.full() || out.tight && !out.empty() {
 			s.send(c, off)
 			if c.closed {
 				return gnet.Close
 			}
 			buf, _ = gc.Peek(-1)
 			off = 0
-			if gc.OutboundBuffered() > s.cfg.HighWater {
+			if !s.chargeOutput(c) || gc.OutboundBuffered() > s.cfg.HighWater {
 				break
 			}
 		}
@@ -185,15 +193,11 @@ done:
 	if action == gnet.Close { // quit: what came before it is answered
 		return s.startClosing(c)
 	}
-	if n := gc.OutboundBuffered(); n > s.cfg.HighWater {
-		if n > s.cfg.HardCap {
-			s.log.Warn().Str("remote", addr(gc)).Int("pending", n).Msg("closing connection: it does not read its replies")
-			return gnet.Close
-		}
-		if !c.throttled {
-			c.throttled = true
-			s.throttled.add(c)
-		}
+	if !s.chargeOutput(c) || gc.OutboundBuffered() > s.cfg.HighWater {
+		// Its replies back up: it is not read until they are sent, and
+		// then gnet's "output drained" event resumes it. A reply is never
+		// cut short, however large: a client that reads gets it all.
+		c.throttled = true
 	}
 	if c.awaiting || c.heldPending() || c.parked {
 		return s.checkInputCap(c)
@@ -217,10 +221,7 @@ func (s *Server) startClosing(c *conn) gnet.Action {
 	if c.gc.OutboundBuffered() == 0 {
 		return gnet.Close
 	}
-	if c.throttled {
-		c.throttled = false
-		s.throttled.remove(c)
-	}
+	c.throttled = false
 	s.throttled.addClosing(c, time.Now().Add(closeGrace))
 	return gnet.None
 }
@@ -300,6 +301,41 @@ func keepTrailingCR(buf []byte, off int) int {
 	return len(buf)
 }
 
+// chargeOutput brings the charge for c's unsent output (what gnet holds
+// because the socket did not take it) against the memory ceiling
+// (MemReplies) up to date. It reports false when the output is past the
+// ceiling: the bytes exist, so they are counted anyway, and c is to be
+// throttled until they are sent. While c holds charged output it is not
+// read (setReading), so gnet reports when the output has drained and the
+// charge goes back. Connections whose output the socket took at once, the
+// common case, cost a look at gnet's counter.
+func (s *Server) chargeOutput(c *conn) bool {
+	n := 0
+	if !c.closed {
+		n = c.gc.OutboundBuffered()
+	}
+	if n == 0 && !c.holdsOutput() {
+		return true
+	}
+	x := c.extra()
+	d := int64(n) - x.outCharged
+	x.outCharged = int64(n)
+	ls := c.ls
+	switch {
+	case d < 0:
+		s.eng.Uncharge(ls.shard, engine.MemReplies, -d)
+		ls.out.tight = false
+	case d > 0:
+		if !s.eng.Charge(ls.shard, engine.MemReplies, d) {
+			s.eng.ChargeAnyway(ls.shard, engine.MemReplies, d)
+			ls.out.tight = true
+			return false
+		}
+		ls.out.tight = false
+	}
+	return !ls.out.tight || n == 0
+}
+
 // checkInputCap is the last line of defence behind setReading. A
 // connection that cannot be served is not read, so its buffered input
 // stays within what it had sent before plus one read (256 KiB); that is
@@ -345,9 +381,11 @@ func (c *conn) waits() bool { return c.parked || c.awaiting || c.throttled || c.
 
 // readBody copies as much of the put body as buf holds. A body that is all
 // there is cloned in one go (append does not zero memory it is about to
-// overwrite). Otherwise it is allocated at its final size up to
-// upfrontBody (no regrowth copies); past that it grows as bytes arrive, so
-// a client announcing 1 GiB cannot make us commit it before sending it.
+// overwrite) and becomes a job in this pass. Otherwise the body is held
+// across passes and charged against the memory ceiling as it grows
+// (growBody), so a client that announces a large body and sends a byte of
+// it holds a few bytes, not the body's size. Should the body not fit, the
+// rest of it is dropped and the put answered OUT_OF_MEMORY.
 func (c *conn) readBody(buf []byte) int {
 	need := int(c.put.bytes) + 2
 	have := len(c.body)
@@ -356,25 +394,58 @@ func (c *conn) readBody(buf []byte) int {
 		c.body = append([]byte(nil), buf[:n]...)
 		return n
 	}
-	if have+n > cap(c.body) {
-		c.growBody(have + n)
+	if have+n > cap(c.body) && !c.growBody(have+n) {
+		c.refuseBody()
+		return 0
 	}
 	c.body = append(c.body, buf[:n]...)
 	return n
 }
 
-// upfrontBody is the most a put body is given before its bytes arrive: a
-// 1 MiB body with its CRLF, so that the common -z 1048576 ceiling costs one
-// allocation (Go zeroes each) and no copy.
-const upfrontBody = 1<<20 + 2
-
-// growBody makes room for at least want bytes of the put body.
-func (c *conn) growBody(want int) {
+// growBody makes room for at least want bytes of the put body and charges
+// it (MemPartialBodies), or reports false if that does not fit under the
+// ceiling. Below directBody a body doubles as bytes arrive (copies of at
+// most 16 KiB); from there on, where readBodyDirect takes over, it is
+// given its final size at once, so the rest is read into it with no
+// further copy.
+func (c *conn) growBody(want int) bool {
 	need := int(c.put.bytes) + 2
-	size := min(need, max(2*cap(c.body), want, upfrontBody))
+	size := min(need, max(2*cap(c.body), want))
+	if want >= directBody {
+		size = need
+	}
+	cost := int64(engine.AllocSize(size))
+	if cap(c.body) > 0 {
+		cost -= int64(engine.AllocSize(cap(c.body)))
+	}
+	if !c.ls.s.eng.Charge(c.ls.shard, engine.MemPartialBodies, cost) {
+		return false
+	}
+	c.bodyCharged += cost
 	nb := make([]byte, len(c.body), size)
 	copy(nb, c.body)
 	c.body = nb
+	return true
+}
+
+// releaseBody returns the charge for the body held so far: it became a
+// job (which is charged for itself), was dropped, or its connection closed.
+func (c *conn) releaseBody() {
+	if c.bodyCharged != 0 {
+		c.ls.s.eng.Uncharge(c.ls.shard, engine.MemPartialBodies, c.bodyCharged)
+		c.bodyCharged = 0
+	}
+}
+
+// refuseBody drops the put body that did not fit under the memory ceiling
+// and, as upstream does when malloc fails, reads and discards the rest of
+// it before answering OUT_OF_MEMORY.
+func (c *conn) refuseBody() {
+	c.skip = uint64(c.put.bytes) + 2 - uint64(len(c.body))
+	c.skipNoMemory = true
+	c.body = nil
+	c.releaseBody()
+	c.phase = phaseSkip
 }
 
 // readBodyDirect reads the rest of a large put body from the socket
@@ -386,8 +457,9 @@ func (c *conn) growBody(want int) {
 func (c *conn) readBodyDirect() {
 	need := int(c.put.bytes) + 2
 	for len(c.body) < need {
-		if len(c.body) == cap(c.body) {
-			c.growBody(len(c.body) + 1)
+		if len(c.body) == cap(c.body) && !c.growBody(len(c.body)+1) {
+			c.refuseBody()
+			return
 		}
 		end := min(need, cap(c.body))
 		n, err := unix.Read(c.gc.Fd(), c.body[len(c.body):end])

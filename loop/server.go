@@ -30,9 +30,9 @@ type Config struct {
 	Version    string // reported in stats
 	Verbosity  int    // -V count
 	Log        zerolog.Logger
-	// Output flow control: past HighWater bytes of unsent replies a
-	// connection's further input waits; past HardCap it is closed.
-	HighWater, HardCap int
+	// Output flow control: past HighWater bytes of unsent replies (or
+	// past the memory ceiling) a connection's further input waits.
+	HighWater int
 	// ReserveFDs: new connections are shed (accepted and closed at once)
 	// while fewer than this many descriptors would be left under the
 	// open-file limit, so the binlog can always open its files. 0: none.
@@ -128,9 +128,6 @@ func New(cfg Config, eng *engine.Engine) (*Server, error) {
 	}
 	if cfg.HighWater == 0 {
 		cfg.HighWater = 1 << 20
-	}
-	if cfg.HardCap == 0 {
-		cfg.HardCap = 64<<20 + 2*int(cfg.MaxJobSize)
 	}
 	s := &Server{cfg: cfg, eng: eng, log: cfg.Log, loops: make(map[gnet.EventLoop]*loopState)}
 	s.inCap = max(4<<20, 2*(int(cfg.MaxJobSize)+256))

@@ -6,22 +6,28 @@ import (
 	"time"
 )
 
-// throttleSet holds connections whose input waits because their unsent
-// output passed the high-water mark, and closing connections whose last
-// replies are still being sent (with the time by which they close anyway).
-// gnet reports "output drained" only when the buffer is empty, so while
-// the set is non-empty a sweeper wakes them every few milliseconds to
-// re-check. An empty set costs nothing: the sweeper sleeps until the next
-// add.
+// throttleSet holds closing connections whose last replies are still
+// being sent, with the time by which they close anyway. gnet's "output
+// drained" event closes them once everything is sent (a closing
+// connection is not read, so gnet reports it); the sweeper only enforces
+// the grace time, waking each connection once it is due: it looks once a
+// second while the set is non-empty and sleeps until the next add while it
+// is empty.
+//
+// Connections throttled because their replies back up (see pass) are not
+// in it: they are not read while they hold unsent output, so the same
+// "output drained" event resumes them, and nothing polls them.
 type throttleSet struct {
 	mu    sync.Mutex
-	conns map[*conn]time.Time // zero for a throttled connection
+	conns map[*conn]time.Time
 	kick  chan struct{}
 }
 
-func (t *throttleSet) init() { t.kick = make(chan struct{}, 1) }
+// sweepEvery is how often the sweeper looks for closing connections past
+// their grace time.
+const sweepEvery = time.Second
 
-func (t *throttleSet) add(c *conn) { t.addClosing(c, time.Time{}) }
+func (t *throttleSet) init() { t.kick = make(chan struct{}, 1) }
 
 // addClosing adds a closing connection that must be closed by closeBy.
 func (t *throttleSet) addClosing(c *conn, closeBy time.Time) {
@@ -42,7 +48,7 @@ func (t *throttleSet) closeDue(c *conn, now time.Time) bool {
 	t.mu.Lock()
 	by, ok := t.conns[c]
 	t.mu.Unlock()
-	return ok && !by.IsZero() && now.After(by)
+	return ok && now.After(by)
 }
 
 func (t *throttleSet) remove(c *conn) {
@@ -53,10 +59,13 @@ func (t *throttleSet) remove(c *conn) {
 
 func (t *throttleSet) sweep(stop *atomic.Bool) {
 	for !stop.Load() {
+		now := time.Now()
 		t.mu.Lock()
 		n := len(t.conns)
-		for c := range t.conns {
-			_ = c.gc.Wake(nil)
+		for c, by := range t.conns {
+			if now.After(by) {
+				_ = c.gc.Wake(nil)
+			}
 		}
 		t.mu.Unlock()
 		if n == 0 {
@@ -66,6 +75,6 @@ func (t *throttleSet) sweep(stop *atomic.Bool) {
 			}
 			continue
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(sweepEvery)
 	}
 }
