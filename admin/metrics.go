@@ -58,6 +58,7 @@ const otherTube = "_other"
 type collector struct {
 	src      *atomic.Pointer[sources]
 	maxTubes int
+	http     *limitListener
 }
 
 // Describe sends nothing: the series depend on the tubes there are (an
@@ -101,6 +102,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(
 		prometheus.NewDesc("beanpole_written_bytes_total", "Protocol bytes written to clients.", nil, nil),
 		prometheus.CounterValue, float64(out))
+	ch <- prometheus.MustNewConstMetric(
+		prometheus.NewDesc("beanpole_http_connections", "HTTP connections open (--http).", nil, nil),
+		prometheus.GaugeValue, float64(c.http.open.Load()))
+	ch <- prometheus.MustNewConstMetric(
+		prometheus.NewDesc("beanpole_http_connections_refused_total",
+			"HTTP connections closed as soon as accepted: past --http-max-conns, or near the open-file limit.", nil, nil),
+		prometheus.CounterValue, float64(c.http.refused.Load()))
 	if bl, ok := src.Binlog(); ok {
 		collectBinlog(ch, &bl)
 	}

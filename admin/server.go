@@ -19,7 +19,6 @@ import (
 
 	"github.com/beanpole/beanpole/engine"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 )
 
@@ -45,6 +44,12 @@ type Options struct {
 	Addr     string // HOST:PORT to listen on
 	Pprof    bool   // serve /debug/pprof/
 	MaxTubes int    // tubes with series of their own in /metrics
+	// MaxConns is how many HTTP connections may be open at once; more
+	// are closed as soon as accepted (conns.go).
+	MaxConns int
+	// ReserveFDs is the protocol side's descriptor reserve; HTTP
+	// connections leave half of it free (conns.go).
+	ReserveFDs int
 	// Token allows the dashboard's actions to whoever presents it; with
 	// none the dashboard is read-only.
 	Token []byte
@@ -53,7 +58,7 @@ type Options struct {
 
 // Server is the HTTP side of a beanpole process.
 type Server struct {
-	ln    net.Listener
+	ln    *limitListener
 	http  *http.Server
 	state atomic.Int32
 	src   atomic.Pointer[sources]
@@ -67,10 +72,11 @@ func Listen(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ln: ln, log: opts.Log}
+	s := &Server{ln: &limitListener{Listener: ln, max: int64(max(opts.MaxConns, 1)), reserve: opts.ReserveFDs / 2, log: opts.Log},
+		log: opts.Log}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&collector{src: &s.src, maxTubes: opts.MaxTubes})
-	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: promLogger{opts.Log}})
+	reg.MustRegister(&collector{src: &s.src, maxTubes: opts.MaxTubes, http: s.ln})
+	metrics := &scraper{reg: reg, log: opts.Log}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -102,9 +108,27 @@ func Listen(opts Options) (*Server, error) {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: mux,
+		ReadHeaderTimeout: readTimeout, ReadTimeout: readTimeout, WriteTimeout: writeTimeout,
+		IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes}
 	return s, nil
 }
+
+// Timeouts: no client holds a connection, a goroutine or a scrape's buffer
+// for long without making progress.
+const (
+	// readTimeout bounds reading a request, headers and body (the
+	// dashboard's forms are small): a body sent a byte a second is cut.
+	readTimeout = 10 * time.Second
+	// writeTimeout bounds writing a response, counted from the end of
+	// the request's headers: room for a scrape of tens of megabytes to a
+	// client that reads it, and for /debug/pprof/profile's default 30s.
+	writeTimeout = 60 * time.Second
+	// idleTimeout closes a keep-alive connection with no new request.
+	idleTimeout = 60 * time.Second
+	// maxHeaderBytes: no request of this server needs more.
+	maxHeaderBytes = 64 << 10
+)
 
 // Addr is the address the server listens on.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
@@ -138,8 +162,3 @@ func (s *Server) SetState(st State) {
 		s.state.Store(int32(st))
 	}
 }
-
-// promLogger sends promhttp's errors to the server's log.
-type promLogger struct{ log zerolog.Logger }
-
-func (l promLogger) Println(v ...any) { l.log.Error().Msgf("metrics: %v", v) }

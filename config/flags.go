@@ -29,6 +29,9 @@ const (
 	// DefaultMetricsMaxTubes is how many tubes get their own series in
 	// /metrics unless --metrics-max-tubes says otherwise.
 	DefaultMetricsMaxTubes = 1000
+	// DefaultHTTPMaxConns is how many HTTP connections may be open at
+	// once unless --http-max-conns says otherwise.
+	DefaultHTTPMaxConns = 256
 )
 
 // progName prefixes every diagnostic, as upstream prefixes argv[0]. A fixed
@@ -57,6 +60,9 @@ type Config struct {
 	// HTTPTokenFile is --http-token-file: the file holding the token that
 	// allows the dashboard's actions ("" = the dashboard is read-only).
 	HTTPTokenFile string
+	// HTTPMaxConns is --http-max-conns: HTTP connections beyond this many
+	// open at once are closed as soon as accepted.
+	HTTPMaxConns int
 	// MetricsMaxTubes is --metrics-max-tubes: tubes beyond this many are
 	// summed into one series in /metrics.
 	MetricsMaxTubes int
@@ -80,6 +86,7 @@ func Defaults() Config {
 
 		MaxJobMemory:    -1,
 		MetricsMaxTubes: DefaultMetricsMaxTubes,
+		HTTPMaxConns:    DefaultHTTPMaxConns,
 	}
 }
 
@@ -250,6 +257,14 @@ var longOpts = []longOpt{
 		addr, err := httpAddr(v)
 		cfg.HTTPAddr = addr
 		return err
+	}},
+	{name: "--http-max-conns", set: func(cfg *Config, v string) error {
+		n, err := strconv.ParseUint(v, 10, 31)
+		if err != nil || n == 0 {
+			return errors.New("want a whole number above 0")
+		}
+		cfg.HTTPMaxConns = int(n)
+		return nil
 	}},
 	{name: "--http-pprof", flag: func(cfg *Config) { cfg.HTTPPprof = true }},
 	{name: "--http-token-file", set: func(cfg *Config, v string) error {

@@ -44,6 +44,9 @@ Long options:
  --http-token-file FILE
             allow the dashboard's actions (kick, delete, pause, flush, move)
             to whoever presents the token in FILE; read-only without it
+ --http-max-conns N
+            HTTP connections open at once; more are closed at once
+            (default is 256)
  --http-pprof
             also serve /debug/pprof/ there
  --metrics-max-tubes N
@@ -192,6 +195,10 @@ func TestParse(t *testing.T) {
 			stderr: usageErr(`invalid value for --http: :http (bad port "http")`), code: 5, done: true},
 		{name: "pprof takes no value", args: []string{"--http-pprof=1"},
 			stderr: usageErr("flag takes no argument: --http-pprof"), code: 5, done: true},
+		{name: "http max conns", args: []string{"--http-max-conns=5"},
+			want: with(func(c *Config) { c.HTTPMaxConns = 5 })},
+		{name: "http max conns zero", args: []string{"--http-max-conns", "0"},
+			stderr: usageErr("invalid value for --http-max-conns: 0 (want a whole number above 0)"), code: 5, done: true},
 		{name: "log json", args: []string{"--log-json", "-V"},
 			want: with(func(c *Config) { c.LogJSON = true; c.Verbosity = 1 })},
 		{name: "metrics max tubes", args: []string{"--metrics-max-tubes", "5"},

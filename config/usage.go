@@ -43,6 +43,9 @@ Long options:
  --http-token-file FILE
             allow the dashboard's actions (kick, delete, pause, flush, move)
             to whoever presents the token in FILE; read-only without it
+ --http-max-conns N
+            HTTP connections open at once; more are closed at once
+            (default is %d)
  --http-pprof
             also serve /debug/pprof/ there
  --metrics-max-tubes N
@@ -52,5 +55,5 @@ Long options:
             log one JSON object a line instead of the console format
 `, progName, progName,
 		DefaultSyncEvery.Milliseconds(), DefaultPort,
-		DefaultMaxJobSize, MaxJobSizeLimit, DefaultBinlogSize, DefaultMetricsMaxTubes)
+		DefaultMaxJobSize, MaxJobSizeLimit, DefaultBinlogSize, DefaultHTTPMaxConns, DefaultMetricsMaxTubes)
 }
