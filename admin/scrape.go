@@ -46,7 +46,8 @@ type scrapeBuf struct {
 
 // scraper renders the registry's metrics, at most once at a time.
 type scraper struct {
-	reg     prometheus.Gatherer
+	reg     prometheus.Gatherer // the server-wide series
+	tubes   *collector          // writes the per-tube series itself
 	log     zerolog.Logger
 	mu      sync.Mutex
 	cur     *scrapeBuf
@@ -130,6 +131,7 @@ func (s *scraper) render() (*scrapeBuf, error) {
 			return nil, err
 		}
 	}
+	s.tubes.writeTubes(&out)
 	b.text = out.Bytes()
 	return b, nil
 }

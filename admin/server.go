@@ -75,8 +75,9 @@ func Listen(opts Options) (*Server, error) {
 	s := &Server{ln: &limitListener{Listener: ln, max: int64(max(opts.MaxConns, 1)), reserve: opts.ReserveFDs / 2, log: opts.Log},
 		log: opts.Log}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&collector{src: &s.src, maxTubes: opts.MaxTubes, http: s.ln})
-	metrics := &scraper{reg: reg, log: opts.Log}
+	c := &collector{src: &s.src, maxTubes: opts.MaxTubes, http: s.ln}
+	reg.MustRegister(c)
+	metrics := &scraper{reg: reg, tubes: c, log: opts.Log}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
