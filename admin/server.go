@@ -11,6 +11,7 @@ package admin
 
 import (
 	"errors"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -45,7 +46,7 @@ type Options struct {
 	Pprof    bool   // serve /debug/pprof/
 	MaxTubes int    // tubes with series of their own in /metrics
 	// MaxConns is how many HTTP connections may be open at once; more
-	// are closed as soon as accepted (conns.go).
+	// are closed as soon as accepted (conns.go). 0: no limit.
 	MaxConns int
 	// ReserveFDs is the protocol side's descriptor reserve; HTTP
 	// connections leave half of it free (conns.go).
@@ -72,7 +73,11 @@ func Listen(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ln: &limitListener{Listener: ln, max: int64(max(opts.MaxConns, 1)), reserve: opts.ReserveFDs / 2, log: opts.Log},
+	maxConns := int64(opts.MaxConns)
+	if maxConns <= 0 {
+		maxConns = math.MaxInt64
+	}
+	s := &Server{ln: &limitListener{Listener: ln, max: maxConns, reserve: opts.ReserveFDs / 2, log: opts.Log},
 		log: opts.Log}
 	reg := prometheus.NewRegistry()
 	c := &collector{src: &s.src, maxTubes: opts.MaxTubes, http: s.ln}
