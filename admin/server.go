@@ -6,7 +6,9 @@
 //
 // The metrics are read the way a `stats` or `stats-tube` command reads
 // them (the engine's sharded counters and each tube under its own lock),
-// once per scrape: nothing is added to the command path.
+// once per rendering, which concurrent scrapers share (scrape.go): nothing
+// is added to the command path. Connections, their time and their
+// descriptors are bounded (conns.go and the timeouts below).
 package admin
 
 import (
