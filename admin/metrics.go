@@ -56,10 +56,12 @@ type Source interface {
 // otherTube labels the sum of the folded tubes.
 const otherTube = "_other"
 
-// collector takes one snapshot per scrape, from the server's sources.
+// collector takes one snapshot per scrape, from the server's sources: the
+// server-wide series through Collect, the per-tube ones with writeTubes.
 type collector struct {
 	src      *atomic.Pointer[sources]
 	maxTubes int
+	http     *limitListener
 }
 
 // Describe sends nothing: the series depend on the tubes there are (an
@@ -106,53 +108,182 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for k := engine.MemKind(0); k < engine.NumMemKinds; k++ {
 		ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(src.Memory(k)), engine.MemKindNames[k])
 	}
+	ch <- prometheus.MustNewConstMetric(
+		prometheus.NewDesc("beanpole_http_connections", "HTTP connections open (--http).", nil, nil),
+		prometheus.GaugeValue, float64(c.http.open.Load()))
+	ch <- prometheus.MustNewConstMetric(
+		prometheus.NewDesc("beanpole_http_connections_refused_total",
+			"HTTP connections closed as soon as accepted: past --http-max-conns, or near the open-file limit.", nil, nil),
+		prometheus.CounterValue, float64(c.http.refused.Load()))
 	if bl, ok := src.Binlog(); ok {
 		collectBinlog(ch, &bl)
 	}
+}
 
+// scrapeRow is one tube's (or the folded tubes') figures in a scrape.
+type scrapeRow struct {
+	name      string
+	ts        codec.TubeStats
+	oldest    time.Duration
+	wait, run engine.Histogram
+	lat       bool
+	other     bool // the folded tubes: no pause or pause-time-left
+}
+
+// writeTubes writes the per-tube series in the text format, family after
+// family: tens of thousands of tubes are hundreds of thousands of series,
+// too many to go through prometheus.Metric values (a scrape of 20,000
+// tubes took seconds and hundreds of megabytes that way). Each tube is
+// read once, as a `stats-tube` reads it.
+func (c *collector) writeTubes(out *bytes.Buffer) {
+	p := c.src.Load()
+	if p == nil {
+		return
+	}
+	src := p.stats
 	var (
-		ts          codec.TubeStats
-		folded      int
-		other       = make([]float64, len(tubeKeys))
-		oWait, oRun engine.Histogram
-		oOldest     time.Duration
-		oLat        bool
+		rows   []scrapeRow
+		o      = scrapeRow{name: otherTube, other: true}
+		folded int
 	)
 	for i, name := range src.TubeNames(nil) {
-		if !src.TubeStats(name, &ts) {
+		var r scrapeRow
+		if !src.TubeStats(name, &r.ts) {
 			continue // gone since it was listed
 		}
-		oldest, _ := src.OldestReady(name)
-		wait, run, lat := src.Latency(name)
+		r.oldest, _ = src.OldestReady(name)
+		r.wait, r.run, r.lat = src.Latency(name)
 		if i < c.maxTubes {
-			tube := string(name)
-			for k := range tubeKeys {
-				ch <- prometheus.MustNewConstMetric(tubeKeys[k].desc, tubeKeys[k].typ, float64(tubeKeys[k].get(&ts)), tube)
-			}
-			emitLatency(ch, tube, oldest, lat, &wait, &run)
+			r.name = string(name)
+			rows = append(rows, r)
 			continue
 		}
 		folded++
-		for k := range tubeKeys {
-			other[k] += float64(tubeKeys[k].get(&ts))
-		}
-		oWait.Add(wait)
-		oRun.Add(run)
-		oOldest = max(oOldest, oldest)
-		oLat = oLat || lat
+		addTubeStats(&o.ts, &r.ts)
+		o.wait.Add(r.wait)
+		o.run.Add(r.run)
+		o.oldest = max(o.oldest, r.oldest)
+		o.lat = o.lat || r.lat
 	}
 	if folded > 0 {
-		for k := range tubeKeys {
-			if key := tubeKeys[k].key; key != "pause" && key != "pause-time-left" {
-				ch <- prometheus.MustNewConstMetric(tubeKeys[k].desc, tubeKeys[k].typ, other[k], otherTube)
-			}
-		}
-		emitLatency(ch, otherTube, oOldest, oLat, &oWait, &oRun)
+		rows = append(rows, o)
 	}
-	ch <- prometheus.MustNewConstMetric(
-		prometheus.NewDesc("beanstalkd_tubes_folded",
-			"Tubes summed into tube=\""+otherTube+"\" (beyond --metrics-max-tubes).", nil, nil),
-		prometheus.GaugeValue, float64(folded))
+	var num []byte
+	for k := range tubeKeys {
+		tk := &tubeKeys[k]
+		writeHeader(out, tk.name, "stats-tube: "+tk.key, tk.typ)
+		for i := range rows {
+			if rows[i].other && (tk.key == "pause" || tk.key == "pause-time-left") {
+				continue
+			}
+			num = strconv.AppendUint(num[:0], tk.get(&rows[i].ts), 10)
+			writeSample(out, tk.name, "", rows[i].name, "", num)
+		}
+	}
+	writeHeader(out, "beanpole_tube_oldest_ready_seconds", helpOldest, prometheus.GaugeValue)
+	for i := range rows {
+		num = strconv.AppendFloat(num[:0], rows[i].oldest.Seconds(), 'g', -1, 64)
+		writeSample(out, "beanpole_tube_oldest_ready_seconds", "", rows[i].name, "", num)
+	}
+	for _, h := range []struct {
+		name, help string
+		get        func(*scrapeRow) *engine.Histogram
+	}{
+		{"beanpole_tube_ready_to_reserve_seconds", helpWait, func(r *scrapeRow) *engine.Histogram { return &r.wait }},
+		{"beanpole_tube_reserve_to_delete_seconds", helpRun, func(r *scrapeRow) *engine.Histogram { return &r.run }},
+	} {
+		writeHeader(out, h.name, h.help, prometheus.UntypedValue)
+		for i := range rows {
+			if !rows[i].lat {
+				continue
+			}
+			hist := h.get(&rows[i])
+			var n uint64
+			for j := range engine.LatencyBounds {
+				n += hist.Counts[j]
+				num = strconv.AppendUint(num[:0], n, 10)
+				writeSample(out, h.name, "_bucket", rows[i].name, leText[j], num)
+			}
+			n += hist.Counts[len(engine.LatencyBounds)]
+			num = strconv.AppendUint(num[:0], n, 10)
+			writeSample(out, h.name, "_bucket", rows[i].name, "+Inf", num)
+			num = strconv.AppendFloat(num[:0], hist.Sum.Seconds(), 'g', -1, 64)
+			writeSample(out, h.name, "_sum", rows[i].name, "", num)
+			num = strconv.AppendUint(num[:0], n, 10)
+			writeSample(out, h.name, "_count", rows[i].name, "", num)
+		}
+	}
+	writeHeader(out, "beanstalkd_tubes_folded", "Tubes summed into tube=\""+otherTube+"\" (beyond --metrics-max-tubes).", prometheus.GaugeValue)
+	num = strconv.AppendInt(num[:0], int64(folded), 10)
+	writeSample(out, "beanstalkd_tubes_folded", "", "", "", num)
+}
+
+// leText are the histograms' bucket bounds as the le label says them.
+var leText = func() []string {
+	s := make([]string, len(engine.LatencyBounds))
+	for i, b := range engine.LatencyBounds {
+		s[i] = strconv.FormatFloat(b.Seconds(), 'g', -1, 64)
+	}
+	return s
+}()
+
+// writeHeader writes a family's HELP and TYPE lines (histogram for
+// UntypedValue, which no tube family is otherwise).
+func writeHeader(out *bytes.Buffer, name, help string, typ prometheus.ValueType) {
+	t := "gauge"
+	switch typ {
+	case prometheus.CounterValue:
+		t = "counter"
+	case prometheus.UntypedValue:
+		t = "histogram"
+	}
+	out.WriteString("# HELP " + name + " ")
+	out.WriteString(strings.NewReplacer("\\", `\\\\`, "\n", `\\n`).Replace(help))
+	out.WriteString("\n# TYPE " + name + " " + t + "\n")
+}
+
+// writeSample writes one sample line: name+suffix{tube="..",le=".."} value,
+// without the labels that are empty.
+func writeSample(out *bytes.Buffer, name, suffix, tube, le string, v []byte) {
+	out.WriteString(name)
+	out.WriteString(suffix)
+	if tube != "" {
+		out.WriteString(`{tube="`)
+		writeLabelValue(out, tube)
+		out.WriteByte('"')
+		if le != "" {
+			out.WriteString(`,le="` + le + `"`)
+		}
+		out.WriteByte('}')
+	}
+	out.WriteByte(' ')
+	out.Write(v)
+	out.WriteByte('\n')
+}
+
+// writeLabelValue escapes a label value as the text format wants:
+// backslash, double quote and line feed.
+func writeLabelValue(out *bytes.Buffer, v string) {
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; c {
+		case '\\':
+			out.WriteString(`\\`)
+		case '"':
+			out.WriteString(`\"`)
+		case '\n':
+			out.WriteString(`\n`)
+		default:
+			out.WriteByte(c)
+		}
+	}
+}
+
+// addTubeStats adds b's counts into a (pause and pause-time-left too,
+// though they are not written for the sum).
+func addTubeStats(a, b *codec.TubeStats) {
+	for k := range tubeKeys {
+		*tubeKeys[k].field(a) += *tubeKeys[k].field(b)
+	}
 }
 
 var descMemory = prometheus.NewDesc("beanpole_memory_bytes",
@@ -161,34 +292,11 @@ var descMemory = prometheus.NewDesc("beanpole_memory_bytes",
 
 // What upstream cannot give, per tube (the folded tubes: the oldest of
 // their oldest, their histograms summed).
-var (
-	descOldest = prometheus.NewDesc("beanpole_tube_oldest_ready_seconds",
-		"Age of the tube's oldest ready job (0 with none).", []string{"tube"}, nil)
-	descWait = prometheus.NewDesc("beanpole_tube_ready_to_reserve_seconds",
-		"Time from a job becoming ready (put, kick, release, delay or TTR run out) to the reserve that took it.", []string{"tube"}, nil)
-	descRun = prometheus.NewDesc("beanpole_tube_reserve_to_delete_seconds",
-		"Time from a job's reserve (or last touch) to its delete by the worker holding it.", []string{"tube"}, nil)
+const (
+	helpOldest = "Age of the tube's oldest ready job (0 with none)."
+	helpWait   = "Time from a job becoming ready (put, kick, release, delay or TTR run out) to the reserve that took it."
+	helpRun    = "Time from a job's reserve (or last touch) to its delete by the worker holding it."
 )
-
-func emitLatency(ch chan<- prometheus.Metric, tube string, oldest time.Duration, lat bool, wait, run *engine.Histogram) {
-	ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, oldest.Seconds(), tube)
-	if !lat {
-		return
-	}
-	for _, h := range []struct {
-		d *prometheus.Desc
-		h *engine.Histogram
-	}{{descWait, wait}, {descRun, run}} {
-		buckets := make(map[float64]uint64, len(engine.LatencyBounds))
-		var n uint64
-		for i, b := range engine.LatencyBounds {
-			n += h.h.Counts[i]
-			buckets[b.Seconds()] = n
-		}
-		n += h.h.Counts[len(engine.LatencyBounds)]
-		ch <- prometheus.MustNewConstHistogram(h.d, n, h.h.Sum.Seconds(), buckets, tube)
-	}
-}
 
 func emit(ch chan<- prometheus.Metric, name, key string, v float64) {
 	ch <- prometheus.MustNewConstMetric(
@@ -198,37 +306,39 @@ func emit(ch chan<- prometheus.Metric, name, key string, v float64) {
 // tubeKeys are the numeric keys of stats-tube, in its order, read straight
 // from the struct (TestTubeKeysAreStatsTube checks them against the
 // reply): a scrape of 10,000 tubes is 140,000 of them, so no text is
-// written and parsed back, and each description is made once.
+// written and parsed back.
 var tubeKeys = func() []tubeKey {
 	keys := []tubeKey{
-		{key: "current-jobs-urgent", get: func(t *codec.TubeStats) uint64 { return t.CurrentJobsUrgent }},
-		{key: "current-jobs-ready", get: func(t *codec.TubeStats) uint64 { return t.CurrentJobsReady }},
-		{key: "current-jobs-reserved", get: func(t *codec.TubeStats) uint64 { return t.CurrentJobsReserved }},
-		{key: "current-jobs-delayed", get: func(t *codec.TubeStats) uint64 { return t.CurrentJobsDelayed }},
-		{key: "current-jobs-buried", get: func(t *codec.TubeStats) uint64 { return t.CurrentJobsBuried }},
-		{key: "total-jobs", get: func(t *codec.TubeStats) uint64 { return t.TotalJobs }},
-		{key: "current-using", get: func(t *codec.TubeStats) uint64 { return t.CurrentUsing }},
-		{key: "current-watching", get: func(t *codec.TubeStats) uint64 { return t.CurrentWatching }},
-		{key: "current-waiting", get: func(t *codec.TubeStats) uint64 { return t.CurrentWaiting }},
-		{key: "cmd-delete", get: func(t *codec.TubeStats) uint64 { return t.CmdDelete }},
-		{key: "cmd-pause-tube", get: func(t *codec.TubeStats) uint64 { return t.CmdPauseTube }},
-		{key: "pause", get: func(t *codec.TubeStats) uint64 { return t.Pause }},
-		{key: "pause-time-left", get: func(t *codec.TubeStats) uint64 { return t.PauseTimeLeft }},
+		{key: "current-jobs-urgent", field: func(t *codec.TubeStats) *uint64 { return &t.CurrentJobsUrgent }},
+		{key: "current-jobs-ready", field: func(t *codec.TubeStats) *uint64 { return &t.CurrentJobsReady }},
+		{key: "current-jobs-reserved", field: func(t *codec.TubeStats) *uint64 { return &t.CurrentJobsReserved }},
+		{key: "current-jobs-delayed", field: func(t *codec.TubeStats) *uint64 { return &t.CurrentJobsDelayed }},
+		{key: "current-jobs-buried", field: func(t *codec.TubeStats) *uint64 { return &t.CurrentJobsBuried }},
+		{key: "total-jobs", field: func(t *codec.TubeStats) *uint64 { return &t.TotalJobs }},
+		{key: "current-using", field: func(t *codec.TubeStats) *uint64 { return &t.CurrentUsing }},
+		{key: "current-watching", field: func(t *codec.TubeStats) *uint64 { return &t.CurrentWatching }},
+		{key: "current-waiting", field: func(t *codec.TubeStats) *uint64 { return &t.CurrentWaiting }},
+		{key: "cmd-delete", field: func(t *codec.TubeStats) *uint64 { return &t.CmdDelete }},
+		{key: "cmd-pause-tube", field: func(t *codec.TubeStats) *uint64 { return &t.CmdPauseTube }},
+		{key: "pause", field: func(t *codec.TubeStats) *uint64 { return &t.Pause }},
+		{key: "pause-time-left", field: func(t *codec.TubeStats) *uint64 { return &t.PauseTimeLeft }},
 	}
 	for i := range keys {
 		k := &keys[i]
 		k.typ = valueType(k.key)
-		k.desc = prometheus.NewDesc("beanstalkd_tube_"+metricName(k.key), "stats-tube: "+k.key, []string{"tube"}, nil)
+		k.name = "beanstalkd_tube_" + metricName(k.key)
 	}
 	return keys
 }()
 
 type tubeKey struct {
-	key  string
-	get  func(*codec.TubeStats) uint64
-	typ  prometheus.ValueType
-	desc *prometheus.Desc
+	key   string
+	field func(*codec.TubeStats) *uint64
+	typ   prometheus.ValueType
+	name  string // the metric's
 }
+
+func (k *tubeKey) get(t *codec.TubeStats) uint64 { return *k.field(t) }
 
 func metricName(key string) string { return strings.ReplaceAll(key, "-", "_") }
 

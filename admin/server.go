@@ -6,11 +6,14 @@
 //
 // The metrics are read the way a `stats` or `stats-tube` command reads
 // them (the engine's sharded counters and each tube under its own lock),
-// once per scrape: nothing is added to the command path.
+// once per rendering, which concurrent scrapers share (scrape.go): nothing
+// is added to the command path. Connections, their time and their
+// descriptors are bounded (conns.go and the timeouts below).
 package admin
 
 import (
 	"errors"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -19,7 +22,6 @@ import (
 
 	"github.com/beanpole/beanpole/engine"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 )
 
@@ -45,6 +47,12 @@ type Options struct {
 	Addr     string // HOST:PORT to listen on
 	Pprof    bool   // serve /debug/pprof/
 	MaxTubes int    // tubes with series of their own in /metrics
+	// MaxConns is how many HTTP connections may be open at once; more
+	// are closed as soon as accepted (conns.go). 0: no limit.
+	MaxConns int
+	// ReserveFDs is the protocol side's descriptor reserve; HTTP
+	// connections leave half of it free (conns.go).
+	ReserveFDs int
 	// Token allows the dashboard's actions to whoever presents it; with
 	// none the dashboard is read-only.
 	Token []byte
@@ -59,7 +67,7 @@ type Options struct {
 
 // Server is the HTTP side of a beanpole process.
 type Server struct {
-	ln    net.Listener
+	ln    *limitListener
 	http  *http.Server
 	state atomic.Int32
 	src   atomic.Pointer[sources]
@@ -76,10 +84,16 @@ func Listen(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ln: ln, log: opts.Log}
+	maxConns := int64(opts.MaxConns)
+	if maxConns <= 0 {
+		maxConns = math.MaxInt64
+	}
+	s := &Server{ln: &limitListener{Listener: ln, max: maxConns, reserve: opts.ReserveFDs / 2, log: opts.Log},
+		log: opts.Log}
 	s.reg = prometheus.NewRegistry()
-	s.reg.MustRegister(&collector{src: &s.src, maxTubes: opts.MaxTubes})
-	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: promLogger{opts.Log}})
+	c := &collector{src: &s.src, maxTubes: opts.MaxTubes, http: s.ln}
+	s.reg.MustRegister(c)
+	metrics := &scraper{reg: s.reg, tubes: c, log: opts.Log}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -107,9 +121,27 @@ func Listen(opts Options) (*Server, error) {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	s.http = &http.Server{Handler: newHostGuard(opts.Hosts, mux), ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: newHostGuard(opts.Hosts, mux),
+		ReadHeaderTimeout: readTimeout, ReadTimeout: readTimeout, WriteTimeout: writeTimeout,
+		IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes}
 	return s, nil
 }
+
+// Timeouts: no client holds a connection, a goroutine or a scrape's buffer
+// for long without making progress.
+const (
+	// readTimeout bounds reading a request, headers and body (the
+	// dashboard's forms are small): a body sent a byte a second is cut.
+	readTimeout = 10 * time.Second
+	// writeTimeout bounds writing a response, counted from the end of
+	// the request's headers: room for a scrape of tens of megabytes to a
+	// client that reads it, and for /debug/pprof/profile's default 30s.
+	writeTimeout = 60 * time.Second
+	// idleTimeout closes a keep-alive connection with no new request.
+	idleTimeout = 60 * time.Second
+	// maxHeaderBytes: no request of this server needs more.
+	maxHeaderBytes = 64 << 10
+)
 
 // Addr is the address the server listens on.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
@@ -143,8 +175,3 @@ func (s *Server) SetState(st State) {
 		s.state.Store(int32(st))
 	}
 }
-
-// promLogger sends promhttp's errors to the server's log.
-type promLogger struct{ log zerolog.Logger }
-
-func (l promLogger) Println(v ...any) { l.log.Error().Msgf("metrics: %v", v) }

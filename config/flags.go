@@ -29,6 +29,9 @@ const (
 	// DefaultMetricsMaxTubes is how many tubes get their own series in
 	// /metrics unless --metrics-max-tubes says otherwise.
 	DefaultMetricsMaxTubes = 1000
+	// DefaultHTTPMaxConns is how many HTTP connections may be open at
+	// once unless --http-max-conns says otherwise.
+	DefaultHTTPMaxConns = 256
 )
 
 // progName prefixes every diagnostic, as upstream prefixes argv[0]. A fixed
@@ -63,6 +66,9 @@ type Config struct {
 	// HTTPPublicBodies is --http-public-bodies: the dashboard shows job
 	// bodies without the token.
 	HTTPPublicBodies bool
+	// HTTPMaxConns is --http-max-conns: HTTP connections beyond this many
+	// open at once are closed as soon as accepted.
+	HTTPMaxConns int
 	// MetricsMaxTubes is --metrics-max-tubes: tubes beyond this many are
 	// summed into one series in /metrics.
 	MetricsMaxTubes int
@@ -93,6 +99,7 @@ func Defaults() Config {
 
 		MaxJobMemory:    -1,
 		MetricsMaxTubes: DefaultMetricsMaxTubes,
+		HTTPMaxConns:    DefaultHTTPMaxConns,
 	}
 }
 
@@ -279,6 +286,14 @@ var longOpts = []longOpt{
 			return errors.New("want a host name or an IP address, without a port")
 		}
 		cfg.HTTPHosts = append(cfg.HTTPHosts, v)
+		return nil
+	}},
+	{name: "--http-max-conns", set: func(cfg *Config, v string) error {
+		n, err := strconv.ParseUint(v, 10, 31)
+		if err != nil || n == 0 {
+			return errors.New("want a whole number above 0")
+		}
+		cfg.HTTPMaxConns = int(n)
 		return nil
 	}},
 	{name: "--http-pprof", flag: func(cfg *Config) { cfg.HTTPPprof = true }},

@@ -54,6 +54,9 @@ Long options:
             (/healthz and /readyz answer any name)
  --http-public-bodies
             show job bodies on the dashboard without the token
+ --http-max-conns N
+            HTTP connections open at once; more are closed at once
+            (default is 256)
  --http-pprof
             also serve /debug/pprof/ there
  --metrics-max-tubes N
@@ -231,6 +234,10 @@ func TestParse(t *testing.T) {
 			stderr: usageErr("invalid value for --http-host:  (want a host name or an IP address, without a port)"), code: 5, done: true},
 		{name: "pprof takes no value", args: []string{"--http-pprof=1"},
 			stderr: usageErr("flag takes no argument: --http-pprof"), code: 5, done: true},
+		{name: "http max conns", args: []string{"--http-max-conns=5"},
+			want: with(func(c *Config) { c.HTTPMaxConns = 5 })},
+		{name: "http max conns zero", args: []string{"--http-max-conns", "0"},
+			stderr: usageErr("invalid value for --http-max-conns: 0 (want a whole number above 0)"), code: 5, done: true},
 		{name: "log json", args: []string{"--log-json", "-V"},
 			want: with(func(c *Config) { c.LogJSON = true; c.Verbosity = 1 })},
 		{name: "metrics max tubes", args: []string{"--metrics-max-tubes", "5"},

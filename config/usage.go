@@ -52,6 +52,9 @@ Long options:
             (/healthz and /readyz answer any name)
  --http-public-bodies
             show job bodies on the dashboard without the token
+ --http-max-conns N
+            HTTP connections open at once; more are closed at once
+            (default is %d)
  --http-pprof
             also serve /debug/pprof/ there
  --metrics-max-tubes N
@@ -81,6 +84,6 @@ changing SRC); %s import -h says more.
 says more.
 `, progName, progName, progName,
 		DefaultSyncEvery.Milliseconds(), DefaultPort,
-		DefaultMaxJobSize, MaxJobSizeLimit, DefaultBinlogSize, DefaultMetricsMaxTubes,
+		DefaultMaxJobSize, MaxJobSizeLimit, DefaultBinlogSize, DefaultHTTPMaxConns, DefaultMetricsMaxTubes,
 		progName, progName, progName, progName)
 }

@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"errors"
+	"syscall"
 	"time"
 
 	"github.com/beanpole/beanpole/record"
@@ -164,7 +166,7 @@ func (l *Log) writeRuns(b *batch, sealed *[]*segment) error {
 			if l.opts.WantSync {
 				// The new file's directory entry must be durable before
 				// any record in it is acknowledged as such.
-				if err := l.opts.FS.SyncDir(l.opts.Dir); err != nil {
+				if err := l.syncDirWaiting(); err != nil {
 					return err
 				}
 			}
@@ -176,6 +178,37 @@ func (l *Log) writeRuns(b *batch, sealed *[]*segment) error {
 		l.w.end = r.off + int64(r.end-r.start)
 	}
 	return nil
+}
+
+// syncDirWaiting fsyncs the directory for a segment the writer moves to.
+// Doing so opens the directory, which fails while the process is out of
+// descriptors (EMFILE, ENFILE): that says nothing about the disk, so the
+// writer waits, with backoff, until a descriptor is free, rather than
+// fail the log for good. Nothing in the batch is acknowledged meanwhile,
+// and appends queue behind it (or get ErrNoSpace once the spares run out).
+// Only Close ends the wait, with the error.
+func (l *Log) syncDirWaiting() error {
+	var backoff time.Duration
+	for {
+		err := l.opts.FS.SyncDir(l.opts.Dir)
+		if !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) {
+			if backoff != 0 && err == nil {
+				l.log.Warn().Msg("binlog: descriptors available again; writing")
+			}
+			return err
+		}
+		l.mu.Lock()
+		closed := l.closed
+		l.mu.Unlock()
+		if closed {
+			return err
+		}
+		if backoff == 0 {
+			l.log.Error().Err(err).Msg("binlog: out of file descriptors: nothing is written or acknowledged until one is free")
+		}
+		backoff = min(max(2*backoff, time.Millisecond), 200*time.Millisecond)
+		time.Sleep(backoff)
+	}
 }
 
 // finish is the writer's last act on Close: everything has been written;
