@@ -23,6 +23,7 @@ import (
 	"github.com/beanpole/beanpole/codec"
 	"github.com/beanpole/beanpole/config"
 	"github.com/beanpole/beanpole/engine"
+	"github.com/beanpole/beanpole/internal/memtune"
 	"github.com/beanpole/beanpole/loop"
 	"github.com/beanpole/beanpole/persist"
 	"github.com/rs/zerolog"
@@ -99,13 +100,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	// BEANPOLE_GC_HEADROOM_MB overrides the collector's headroom floor
-	// (gcheadroom.go); 0 leaves GOGC alone.
+	// (internal/memtune); 0 leaves GOGC alone.
 	headroom := uint64(64)
 	if v, err := strconv.ParseUint(os.Getenv("BEANPOLE_GC_HEADROOM_MB"), 10, 32); err == nil {
 		headroom = v
 	}
 	if headroom > 0 {
-		keepHeapHeadroom(headroom << 20)
+		memtune.KeepHeapHeadroom(headroom << 20)
 	}
 	loops := runtime.GOMAXPROCS(0)
 	eng := engine.New(loops)
@@ -178,7 +179,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	adm.SetSource(statsSource{srv: srv, eng: eng, blog: blog}, eng)
 	adm.SetState(admin.Ready)
-	if err := sdNotify("READY=1"); err != nil {
+	if err := config.SdNotify("READY=1"); err != nil {
 		log.Warn().Err(err).Msg("could not tell systemd the server is ready")
 	}
 
@@ -196,7 +197,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			// immediate death): stop accepting, flush, exit 0.
 			log.Info().Str("signal", sig.String()).Msg("stopping: no new connections, the binlog is flushed")
 			adm.SetState(admin.Stopping)
-			_ = sdNotify("STOPPING=1")
+			_ = config.SdNotify("STOPPING=1")
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			srv.Stop(ctx)
 			cancel()
@@ -232,7 +233,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // the input that waiting connections hold (an eighth of the memory budget,
 // at least 64 MiB; BEANPOLE_INPUT_BUDGET_MB overrides it), the Go
 // runtime's soft memory limit (unless GOMEMLIMIT set one) and the release
-// of freed memory after a drain (memrelease.go; BEANPOLE_RELEASE_MEMORY=0
+// of freed memory after a drain (internal/memtune; BEANPOLE_RELEASE_MEMORY=0
 // turns it off).
 func limitMemory(cfg *config.Config, eng *engine.Engine, srv *loop.Server, log zerolog.Logger) {
 	budget := config.DetectMemoryBudget()
@@ -257,7 +258,7 @@ func limitMemory(cfg *config.Config, eng *engine.Engine, srv *loop.Server, log z
 			Msg("the recovered jobs are past the job-memory ceiling: puts get OUT_OF_MEMORY until enough are deleted")
 	}
 	if os.Getenv("BEANPOLE_RELEASE_MEMORY") != "0" {
-		giveMemoryBack(func() int64 { u, _ := eng.JobMemory(); return u }, log)
+		memtune.GiveMemoryBack(func() int64 { u, _ := eng.JobMemory(); return u }, log)
 	}
 }
 

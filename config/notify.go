@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"net"
@@ -6,12 +6,12 @@ import (
 	"strings"
 )
 
-// sdNotify sends state to systemd's notification socket ($NOTIFY_SOCKET,
+// SdNotify sends state to systemd's notification socket ($NOTIFY_SOCKET,
 // set for a Type=notify service), as sd_notify(3) does: READY=1 once the
 // binlog is replayed and clients are served, STOPPING=1 at a graceful
 // stop. Without the variable it does nothing; a failure is only reported,
 // since the server works regardless.
-func sdNotify(state string) error {
+func SdNotify(state string) error {
 	path := os.Getenv("NOTIFY_SOCKET")
 	if path == "" {
 		return nil

@@ -1,4 +1,4 @@
-package main
+package memtune
 
 import (
 	"runtime"
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// keepHeapHeadroom gives the collector at least floor bytes of headroom
+// KeepHeapHeadroom gives the collector at least floor bytes of headroom
 // while the heap is churning fast, however small the live heap is.
 //
 // Why: job bodies are garbage the moment a job is deleted, so a queue
@@ -23,7 +23,7 @@ import (
 //
 // The decision is re-made after every cycle, from a finalizer on a
 // sentinel that each cycle frees.
-func keepHeapHeadroom(floor uint64) {
+func KeepHeapHeadroom(floor uint64) {
 	base := debug.SetGCPercent(100)
 	debug.SetGCPercent(base)
 	if base <= 0 {

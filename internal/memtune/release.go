@@ -1,4 +1,4 @@
-package main
+package memtune
 
 import (
 	"runtime/debug"
@@ -8,7 +8,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// giveMemoryBack returns freed heap to the system soon after a large drop,
+// GiveMemoryBack returns freed heap to the system soon after a large drop,
 // as C beanstalkd's free() does, instead of over minutes.
 //
 // Why: after a backlog of 2 GB is deleted, the Go runtime keeps the memory.
@@ -34,7 +34,7 @@ import (
 // fragmented, or the bodies are still referenced) doubles the wait before
 // the next one, up to a minute, so a condition that FreeOSMemory cannot fix
 // does not cost a collection every second.
-func giveMemoryBack(jobs func() int64, log zerolog.Logger) {
+func GiveMemoryBack(jobs func() int64, log zerolog.Logger) {
 	r := &releaser{jobs: jobs, gap: minReleaseGap, free: debug.FreeOSMemory, log: log,
 		sample: []metrics.Sample{
 			{Name: "/memory/classes/heap/objects:bytes"},
