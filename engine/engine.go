@@ -7,6 +7,7 @@
 // waiters and counters). Lock order is registry → tube → client; a reserve
 // watching several tubes holds their locks together, in Tube.order; the
 // job table's shard locks are never held together with any other lock.
+// LOCKS.md at the top of the repository orders every lock in the process.
 package engine
 
 import (
