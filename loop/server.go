@@ -128,6 +128,10 @@ type loopState struct {
 	// read yet.
 	now         int64
 	inputWarned time.Time // the last warning about the budget
+	// yielded: the connection whose pass just ran stopped at its time
+	// slice with commands still buffered (pass); conn has no room left
+	// for the flag, and a loop runs one pass at a time.
+	yielded bool
 	// cmd counts commands for `stats`; atomics only so `stats` on another
 	// loop may read them: this cache line is written by this loop alone.
 	cmd [codec.NumOps]atomic.Uint64
