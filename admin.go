@@ -27,6 +27,8 @@ func (s statsSource) Refused() uint64 { return s.srv.Refused() }
 
 func (s statsSource) Bytes() (in, out uint64) { return s.srv.Bytes() }
 
+func (s statsSource) LoopConnections(dst []int64) []int64 { return s.srv.LoopConnections(dst) }
+
 func (s statsSource) Binlog() (persist.Stats, bool) {
 	if s.blog == nil {
 		return persist.Stats{}, false

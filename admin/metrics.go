@@ -22,6 +22,8 @@ type Source interface {
 	// neither.
 	Refused() uint64
 	Bytes() (in, out uint64)
+	// LoopConnections appends each event loop's open connections to dst.
+	LoopConnections(dst []int64) []int64
 	// Binlog is the binlog's own figures; false without -b.
 	Binlog() (persist.Stats, bool)
 	TubeNames(dst [][]byte) [][]byte
@@ -115,6 +117,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		prometheus.NewDesc("beanpole_http_connections_refused_total",
 			"HTTP connections closed as soon as accepted: past --http-max-conns, or near the open-file limit.", nil, nil),
 		prometheus.CounterValue, float64(c.http.refused.Load()))
+	descLoop := prometheus.NewDesc("beanpole_loop_connections", "Open connections served by each event loop.", []string{"loop"}, nil)
+	for i, n := range src.LoopConnections(nil) {
+		ch <- prometheus.MustNewConstMetric(descLoop, prometheus.GaugeValue, float64(n), strconv.Itoa(i))
+	}
 	if bl, ok := src.Binlog(); ok {
 		collectBinlog(ch, &bl)
 	}

@@ -29,6 +29,7 @@ func newFakeSource(n int) *fakeSource {
 func (f *fakeSource) ServerStats(st *codec.ServerStats)        { st.CurrentJobsReady = uint64(len(f.names)) }
 func (f *fakeSource) Refused() uint64                          { return 0 }
 func (f *fakeSource) Memory(engine.MemKind) int64              { return 0 }
+func (f *fakeSource) LoopConnections(dst []int64) []int64      { return dst }
 func (f *fakeSource) Bytes() (in, out uint64)                  { return 0, 0 }
 func (f *fakeSource) Binlog() (persist.Stats, bool)            { return persist.Stats{}, false }
 func (f *fakeSource) TubeNames(dst [][]byte) [][]byte          { return append(dst, f.names...) }

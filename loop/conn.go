@@ -91,12 +91,16 @@ func (c *conn) hungUp() bool { return c.gc.PeerClosed() || c.gc.PeerHangup() }
 // of the input piling up in our memory. Reading resumes (and gnet replays
 // what it had buffered) as soon as c can go on.
 //
+// A connection that yielded its loop with commands still buffered is not
+// read either until it has caught up, so that its buffer does not grow
+// with every read while it is served a slice at a time.
+//
 // A connection that waits but has sent nothing more (a worker parked in
 // reserve, the common case) is left alone: pausing and resuming it would
 // cost two epoll_ctl calls per wait. It is paused at its first read that
 // cannot be served, so gnet still buffers at most one read of it.
 func (c *conn) setReading() {
-	pause := c.closing || c.holdsOutput() || (c.parked || c.awaiting || c.throttled) && c.gc.InboundBuffered() > 0
+	pause := c.closing || c.holdsOutput() || (c.parked || c.awaiting || c.throttled || c.ls.yielded) && c.gc.InboundBuffered() > 0
 	if pause == c.readPaused || c.closed {
 		return
 	}

@@ -2,6 +2,7 @@ package loop
 
 import (
 	"net/netip"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
@@ -16,6 +17,7 @@ type handler struct {
 func (h *handler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	s := h.s
 	c := &conn{gc: gc, ls: s.loopFor(gc.EventLoop())}
+	c.ls.conns.Add(1)
 	s.eng.InitClient(&c.cl, c.ls.shard, c)
 	gc.SetContext(c)
 	if s.cfg.Verbosity > 0 {
@@ -31,6 +33,7 @@ func (h *handler) OnClose(gc gnet.Conn, err error) gnet.Action {
 	}
 	s := h.s
 	c.closed = true
+	c.ls.conns.Add(-1)
 	s.holdInput(c, 0)
 	if c.closing {
 		s.throttled.remove(c)
@@ -45,6 +48,23 @@ func (h *handler) OnClose(gc gnet.Conn, err error) gnet.Action {
 		s.log.Info().Int("fd", gc.Fd()).AnErr("err", err).Msg("close")
 	}
 	return gnet.None
+}
+
+var _ gnet.EnrollFailedHandler = (*handler)(nil)
+
+// OnEnrollFailed is gnet telling us that a loop could not register a
+// connection Serve handed it (epoll_ctl failed: fs.epoll.max_user_watches,
+// or out of kernel memory). gnet has closed it, so the client sees a close,
+// as when we shed one for lack of descriptors, and it is counted the same
+// way. The log line is rate-limited: a failure like that comes in floods.
+func (h *handler) OnEnrollFailed(_ any, err error) {
+	s := h.s
+	s.refused.Add(1)
+	now := time.Now().UnixNano()
+	last := s.enrollWarned.Load()
+	if now-last >= int64(time.Second) && s.enrollWarned.CompareAndSwap(last, now) {
+		s.log.Warn().Err(err).Uint64("refused", s.refused.Load()).Msg("closing new connections: the event loop cannot register them")
+	}
 }
 
 func (h *handler) OnTraffic(gc gnet.Conn) gnet.Action {

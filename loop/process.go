@@ -25,7 +25,8 @@ const directBody = 16 << 10
 // with their replies sent in one write. It stops early at a reserve that has
 // to wait (the rest stays in gnet's buffer until the reserve is answered),
 // at a command that must wait for c's binlog records (see mustAwait), when
-// output backs up, or at quit. It is also how a wake-up resumes c.
+// output backs up, at quit, or at the end of its time slice (passSlice). It
+// is also how a wake-up resumes c.
 func (s *Server) process(c *conn) gnet.Action {
 	out := &c.ls.out
 	out.claim(c)
@@ -48,13 +49,30 @@ func (s *Server) process(c *conn) gnet.Action {
 			s.holdInput(c, 0)
 		}
 		c.setReading()
+		if c.ls.yielded {
+			_ = c.gc.Wake(nil) // after the loop's other ready connections
+		}
 	}
 	out.release(c)
 	return action
 }
 
+// passSlice bounds the time one connection's pass may keep its loop from
+// the others: past it, with commands still buffered, the pass ends and the
+// connection yields (loopState.yielded) until the loop has served the
+// events that came meanwhile. The clock is read only once a pass has run
+// sliceFrom commands (short passes never read it), then again after about
+// an eighth of the slice at the rate measured so far (every command when
+// they are slow, every maxSliceStep when they are fast).
+const (
+	passSlice    = 500 * time.Microsecond
+	sliceFrom    = 8
+	maxSliceStep = 64
+)
+
 func (s *Server) pass(c *conn) gnet.Action {
 	gc := c.gc
+	c.ls.yielded = false
 	if c.closing {
 		return s.finishClosing(c)
 	}
@@ -103,6 +121,8 @@ func (s *Server) pass(c *conn) gnet.Action {
 	buf, _ := gc.Peek(-1)
 	off := 0
 	action := gnet.None
+	ran, check, checkFrom := 0, sliceFrom, 0
+	var sliceStart time.Time
 	for off < len(buf) && !c.parked {
 		p, from := out.pos(), c.appended()
 		switch c.phase {
@@ -181,6 +201,18 @@ func (s *Server) pass(c *conn) gnet.Action {
 				break
 			}
 		}
+		if ran++; ran >= check && off < len(buf) {
+			if sliceStart.IsZero() {
+				sliceStart, checkFrom = time.Now(), ran
+				check = ran + 1
+			} else if d := time.Since(sliceStart); d < passSlice {
+				step := int64(ran-checkFrom) * int64(passSlice/8) / int64(d+1)
+				check = ran + int(min(max(step, 1), maxSliceStep))
+			} else {
+				c.ls.yielded = true
+				break
+			}
+		}
 	}
 done:
 	s.send(c, off)
@@ -202,7 +234,7 @@ done:
 	if c.awaiting || c.heldPending() || c.parked {
 		return s.checkInputCap(c)
 	}
-	if c.gc.PeerClosed() && !c.throttled {
+	if c.gc.PeerClosed() && !c.throttled && !c.ls.yielded {
 		// Every complete command the peer sent is answered; an incomplete
 		// one never will be.
 		return s.startClosing(c)

@@ -54,8 +54,25 @@ func (s *Server) Bytes() (in, out uint64) {
 }
 
 // Refused is how many connections were closed as soon as accepted, for
-// lack of descriptors (accept.go, reserve.go).
+// lack of descriptors (accept.go, reserve.go), or because their event loop
+// could not register them (OnEnrollFailed).
 func (s *Server) Refused() uint64 { return s.refused.Load() }
+
+// LoopConnections appends the number of open connections of each event
+// loop, in the order the loops served their first connection (a loop that
+// has served none counts 0), to dst.
+func (s *Server) LoopConnections(dst []int64) []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(dst)
+	for range s.cfg.Loops {
+		dst = append(dst, 0)
+	}
+	for _, ls := range s.loops {
+		dst[n+ls.idx] = ls.conns.Load()
+	}
+	return dst
+}
 
 // SetInputBudget bounds the input held, all connections together, by
 // connections that wait (see checkInputCap). Call it before Serve.
@@ -79,10 +96,14 @@ type Server struct {
 	listeners   []net.Listener
 	acceptFiles []*os.File // each Serve's own descriptor (accept.go)
 	// refused counts connections accepted only to be closed at once: out
-	// of descriptors, or keeping the last ones for the binlog.
-	refused  atomic.Uint64
-	stopping atomic.Bool
-	acceptWG sync.WaitGroup
+	// of descriptors, keeping the last ones for the binlog, or not
+	// registered by their loop.
+	refused atomic.Uint64
+	// enrollWarned is when a failed registration was last logged (unix
+	// nanoseconds): at most one line a second.
+	enrollWarned atomic.Int64
+	stopping     atomic.Bool
+	acceptWG     sync.WaitGroup
 
 	throttled throttleSet
 
@@ -99,6 +120,7 @@ type Server struct {
 // loopState is owned by one event loop goroutine.
 type loopState struct {
 	s     *Server
+	idx   int // the loop's number, in the order loops served a first connection
 	shard int // engine counter shard (1-based)
 	out   output
 	tubes [][]byte // scratch for list-tubes
@@ -112,13 +134,19 @@ type loopState struct {
 	// read yet.
 	now         int64
 	inputWarned time.Time // the last warning about the budget
+	// yielded: the connection whose pass just ran stopped at its time
+	// slice with commands still buffered (pass); conn has no room left
+	// for the flag, and a loop runs one pass at a time.
+	yielded bool
 	// cmd counts commands for `stats`; atomics only so `stats` on another
 	// loop may read them: this cache line is written by this loop alone.
 	cmd [codec.NumOps]atomic.Uint64
 	// bytesIn and bytesOut count the input consumed and the output handed
 	// to gnet, for /metrics; like cmd, written by this loop alone.
 	bytesIn, bytesOut atomic.Uint64
-	_                 [64]byte
+	// conns is the number of open connections, for /metrics.
+	conns atomic.Int64
+	_     [64]byte
 }
 
 // New builds a server around an engine.
@@ -178,7 +206,7 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 	defer s.mu.Unlock()
 	ls := s.loops[el]
 	if ls == nil {
-		ls = &loopState{s: s, shard: len(s.loops)%s.eng.Shards() + 1, heldBy: make(map[*conn]int)}
+		ls = &loopState{s: s, idx: len(s.loops), shard: len(s.loops)%s.eng.Shards() + 1, heldBy: make(map[*conn]int)}
 		ls.out.buf = make([]byte, 0, 64<<10)
 		s.loops[el] = ls
 	}

@@ -9,6 +9,7 @@ package gnet
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -122,5 +123,104 @@ func TestPatchEnrollFDRefusesUDP(t *testing.T) {
 	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); !errors.Is(err, unix.EBADF) {
 		t.Fatalf("the refused descriptor is still open: %v", err)
+	}
+}
+
+// enrollFailHandler records OnEnrollFailed.
+type enrollFailHandler struct {
+	*rcHandler
+	failed chan any
+}
+
+func (h enrollFailHandler) OnEnrollFailed(ctx any, err error) {
+	if !errors.Is(err, unix.EPERM) {
+		h.failed <- err
+		return
+	}
+	h.failed <- ctx
+}
+
+// A descriptor the loop cannot register (epoll_ctl fails: a regular file
+// here) is closed and the handler told, with its context; OnOpen and
+// OnClose do not run.
+func TestPatchEnrollFDFailureIsReported(t *testing.T) {
+	h := enrollFailHandler{newRCHandler(), make(chan any, 1)}
+	h.open = func(Conn) ([]byte, Action) { t.Error("OnOpen ran"); return nil, None }
+	e := startRC(t, h)
+	fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cli.EnrollFD(fd, "unix", nil, nil, "ctx"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-h.failed:
+		if got != "ctx" {
+			t.Fatalf("OnEnrollFailed got %v, want the context and EPERM", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnEnrollFailed did not run")
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); !errors.Is(err, unix.EBADF) {
+		t.Fatalf("the descriptor is still open: %v", err)
+	}
+	if n := e.cli.eng.eventLoops.index(0).enrolling.Load(); n != 0 {
+		t.Fatalf("%d enrolments still counted in flight", n)
+	}
+}
+
+// blockTask holds an event loop until released.
+type blockTask struct{ started, release chan struct{} }
+
+func (b blockTask) Run(context.Context) error {
+	b.started <- struct{}{}
+	<-b.release
+	return nil
+}
+
+// With LeastConnections, descriptors enrolled while no loop can register
+// them (each is busy) are spread evenly: the choice counts the enrolments
+// in flight, not only the registered connections.
+func TestPatchEnrollFDSpreadsBurst(t *testing.T) {
+	h := newRCHandler()
+	h.closeErr = make(chan error, 64)
+	e := startRC(t, h, WithNumEventLoop(2), WithLoadBalancing(LeastConnections))
+	b := blockTask{make(chan struct{}), make(chan struct{})}
+	for i := 0; i < 2; i++ {
+		if err := e.cli.eng.eventLoops.index(i).Execute(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-b.started
+	<-b.started
+	const n = 32
+	for j := 0; j < n; j++ {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			close(b.release)
+			t.Fatal(err)
+		}
+		defer unix.Close(fds[1])
+		if err := e.cli.EnrollFD(fds[0], "unix", nil, nil, nil); err != nil {
+			close(b.release)
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		if got := e.cli.eng.eventLoops.index(i).enrolling.Load(); got != n/2 {
+			t.Errorf("loop %d has %d enrolments queued, want %d", i, got, n/2)
+		}
+	}
+	close(b.release)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.cli.eng.eventLoops.index(0).countConn()+e.cli.eng.eventLoops.index(1).countConn() < n && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	for i := 0; i < 2; i++ {
+		el := e.cli.eng.eventLoops.index(i)
+		if c, q := el.countConn(), el.enrolling.Load(); c != n/2 || q != 0 {
+			t.Errorf("loop %d: %d connections, %d in flight; want %d and 0", i, c, q, n/2)
+		}
 	}
 }

@@ -35,6 +35,7 @@ type eventloop struct {
 	connCount    int32              // number of active connections in event-loop
 	connections  map[*conn]struct{} // TCP connection map: fd -> conn
 	eventHandler EventHandler       // user eventHandler
+	enrolling    atomic.Int32       // patched: always 0, EnrollFD is unix-only
 }
 
 func (el *eventloop) Register(ctx context.Context, addr net.Addr) (<-chan RegisteredResult, error) {

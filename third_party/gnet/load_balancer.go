@@ -111,11 +111,14 @@ func (lb *roundRobinLoadBalancer) next(_ net.Addr) (el *eventloop) {
 
 // ================================= Implementation of Least-Connections load-balancer =================================
 
+// Patched: a loop's load includes the connections EnrollFD has queued to it
+// and it has not registered yet, so that a burst of enrolments, all decided
+// before any loop runs its registration tasks, is spread over the loops.
 func (lb *leastConnectionsLoadBalancer) next(_ net.Addr) (el *eventloop) {
 	el = lb.eventLoops[0]
-	minN := el.countConn()
+	minN := el.countConn() + el.enrolling.Load()
 	for _, v := range lb.eventLoops[1:] {
-		if n := v.countConn(); n < minN {
+		if n := v.countConn() + v.enrolling.Load(); n < minN {
 			minN = n
 			el = v
 		}

@@ -143,8 +143,15 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 
 		if doChores {
 			doChores = false
-			task := p.urgentAsyncTaskQueue.Dequeue()
-			for ; task != nil; task = p.urgentAsyncTaskQueue.Dequeue() {
+			// Patched: only the tasks queued before this round run in it;
+			// one that a task queues waits for the next epoll_wait, so a
+			// task that keeps re-queueing itself cannot keep the loop from
+			// the sockets' events.
+			var task *queue.Task
+			for n := p.urgentAsyncTaskQueue.Length(); n > 0; n-- {
+				if task = p.urgentAsyncTaskQueue.Dequeue(); task == nil {
+					break
+				}
 				err = task.Exec(task.Param)
 				if errors.Is(err, errorx.ErrEngineShutdown) {
 					return err
