@@ -2,7 +2,8 @@
 //
 // Read control (see connection_readctl_unix.go): events of a connection whose
 // reads are off. Its epoll mask then holds at most EPOLLOUT and, while paused
-// under WithHalfClose, EPOLLRDHUP; EPOLLERR and EPOLLHUP are always reported.
+// under WithHalfClose, EPOLLRDHUP; EPOLLERR and EPOLLHUP are always reported
+// (until rearm disarms a connection that has seen EPOLLHUP).
 
 package gnet
 
@@ -15,7 +16,16 @@ import (
 )
 
 func (el *eventloop) processReadOff(c *conn, ev netpoll.IOEvent) error {
-	if ev&netpoll.ErrEvents != 0 { // an error, or both directions shut: it is dead
+	if ev&unix.EPOLLERR != 0 { // reset: it is dead
+		return el.close(c, io.EOF)
+	}
+	if ev&unix.EPOLLHUP != 0 { // both directions shut
+		if c.peerHup && c.writeShut {
+			return nil // seen already: disarming reports it once more
+		}
+		if el.engine.opts.HalfClose {
+			return el.hangup(c)
+		}
 		return el.close(c, io.EOF)
 	}
 	if ev&netpoll.WriteEvents != 0 {
