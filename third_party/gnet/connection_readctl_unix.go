@@ -50,10 +50,12 @@ func (el *eventloop) halfClose(c *conn) error {
 	return el.handleAction(c, el.eventHandler.OnTraffic(c))
 }
 
-// hangup handles EPOLLHUP without EPOLLERR on a connection whose reads are off
-// under WithHalfClose: the peer shut both directions (a unix socket's peer
-// closed it). As for a half-close, the handler finishes what it has read, and
-// what is still in the socket once it resumes reading; its output is dropped.
+// hangup handles, on a connection whose reads are off under WithHalfClose,
+// EPOLLHUP without EPOLLERR (the peer shut both directions: a unix socket's
+// peer closed it) and EPOLLERR after the peer's FIN (a TCP peer that closed
+// reset the connection when output reached it). As for a half-close, the
+// handler finishes what it has read, and what is still in the socket once it
+// resumes reading; its output is dropped.
 func (el *eventloop) hangup(c *conn) error {
 	c.peerHup = true
 	if err := c.shutWrite(); err != nil {
