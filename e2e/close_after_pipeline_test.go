@@ -3,7 +3,9 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,47 +15,64 @@ import (
 // Every command a client sent before it closed the connection runs, also
 // when the server was still waiting to answer an earlier one (with -b, a put
 // is answered once its record is durable, and a delete after it waits for
-// that). Each of closeAfterPipelineClients clients puts a job, reads its id,
-// then sends a second put and the delete of its first job in one write and
-// closes at once. Once the server has closed every client connection, a
-// fresh connection finds each first job deleted (NOT_FOUND) and each second
-// job present, with its body. On TCP and on a unix socket, with and without
-// -b: on a unix socket the client's close reaches the server as EPOLLHUP
-// (both directions shut), on TCP as a FIN.
+// that). Each of closeAfterPipelineClients clients watches a tube of its own
+// instead of default, puts jobs a and b and reads their ids, then sends one of
+// these pipelines in one write and closes at once:
+//   - put-delete: put c, delete a;
+//   - reserve-put-delete-delete: reserve (nothing to reserve: it waits until
+//     the server sees the close and answers TIMED_OUT), put c, delete a,
+//     delete b.
+//
+// Once the server has closed every client connection, a fresh connection
+// peeks every id: exactly the jobs that were not deleted are there (c, and b
+// after put-delete), with their bodies. On TCP and on a unix socket, with and
+// without -b. On a unix socket the client's close reaches the server as
+// EPOLLHUP (both directions shut) and its writes fail with EPIPE; on TCP as a
+// FIN, and the first reply that reaches the closed client draws a reset from
+// its kernel. The server cannot answer before it sees the close in
+// reserve-put-delete-delete, and in put-delete its first reply comes with
+// the delete already run, so no client's close can find replies unread (that
+// would make the close itself a reset, which drops what has not run).
 func TestCloseAfterPipelineRunsEveryCommand(t *testing.T) {
 	t.Parallel()
 	for _, network := range []string{"tcp", "unix"} {
 		for _, binlog := range []bool{false, true} {
-			name := network
-			if binlog {
-				name += "-binlog"
-			}
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				var extra []string
+			for _, reserveFirst := range []bool{false, true} {
+				name := network
 				if binlog {
-					extra = []string{"-b", t.TempDir()}
+					name += "-binlog"
 				}
-				var s *server
-				if network == "unix" {
-					s = startUnixServer(t, shortTempDir(t)+"/sock", extra...)
+				if reserveFirst {
+					name += "/reserve-put-delete-delete"
 				} else {
-					s = startServer(t, extra...)
+					name += "/put-delete"
 				}
-				closeAfterPipeline(t, s)
-			})
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					var extra []string
+					if binlog {
+						extra = []string{"-b", t.TempDir()}
+					}
+					var s *server
+					if network == "unix" {
+						s = startUnixServer(t, shortTempDir(t)+"/sock", extra...)
+					} else {
+						s = startServer(t, extra...)
+					}
+					closeAfterPipeline(t, s, reserveFirst)
+				})
+			}
 		}
 	}
 }
 
 const closeAfterPipelineClients = 32
 
-func closeAfterPipeline(t *testing.T, s *server) {
+func closeAfterPipeline(t *testing.T, s *server, reserveFirst bool) {
 	ctl := s.dial(t)
-	first := make([]uint64, closeAfterPipelineClients)
 	errs := make(chan error, closeAfterPipelineClients)
 	var wg sync.WaitGroup
-	for i := range first {
+	for i := range closeAfterPipelineClients {
 		nc, err := net.DialTimeout(s.network, s.addr, defaultTimeout)
 		if err != nil {
 			t.Fatalf("dial %s %s: %v", s.network, s.addr, err)
@@ -62,9 +81,7 @@ func closeAfterPipeline(t *testing.T, s *server) {
 		go func() {
 			defer wg.Done()
 			defer nc.Close()
-			id, err := putThenDeleteAndClose(nc, i)
-			first[i] = id
-			if err != nil {
+			if err := pipelineThenClose(nc, i, reserveFirst); err != nil {
 				errs <- fmt.Errorf("client %d: %w", i, err)
 			}
 		}()
@@ -79,68 +96,78 @@ func closeAfterPipeline(t *testing.T, s *server) {
 	waitFor(t, 4*defaultTimeout, "the server closes every client connection", func() bool {
 		return stats(t, ctl)["current-connections"] == "1"
 	})
-	isFirst := map[uint64]int{}
-	for i, id := range first {
-		isFirst[id] = i
+	var want, got []string
+	for i := range closeAfterPipelineClients {
+		if !reserveFirst {
+			want = append(want, closeAfterPipelineBody("b", i))
+		}
+		want = append(want, closeAfterPipelineBody("c", i))
 	}
-	var kept, lost []int
-	seen := map[string]bool{}
-	for id := uint64(1); id <= 2*closeAfterPipelineClients; id++ {
-		mustSend(t, ctl, "peek "+strconv.FormatUint(id, 10)+"\r\n")
-		if i, ok := isFirst[id]; ok {
-			if line := readLine(t, ctl); line != "NOT_FOUND" {
-				kept = append(kept, i)
-				readN(t, ctl, len(closeAfterPipelineBody("first", i))+2, defaultTimeout)
-			}
-			continue
-		}
+	for id := 1; id <= 3*closeAfterPipelineClients; id++ {
+		mustSend(t, ctl, "peek "+strconv.Itoa(id)+"\r\n")
 		line := readLine(t, ctl)
-		var gotID uint64
-		var n int
-		if _, err := fmt.Sscanf(line, "FOUND %d %d", &gotID, &n); err != nil || gotID != id {
-			lost = append(lost, int(id))
+		if line == "NOT_FOUND" {
 			continue
 		}
-		seen[readN(t, ctl, n+2, defaultTimeout)] = true
+		var gotID, n int
+		if _, err := fmt.Sscanf(line, "FOUND %d %d", &gotID, &n); err != nil || gotID != id {
+			t.Fatalf("peek %d: got %q, want FOUND %d <bytes> or NOT_FOUND", id, line, id)
+		}
+		body := readN(t, ctl, n+2, defaultTimeout)
+		got = append(got, body[:n])
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	var kept, lost []string // jobs a delete should have removed; jobs a put should have left
+	for _, b := range got {
+		if _, found := slices.BinarySearch(want, b); !found {
+			kept = append(kept, b)
+		}
+	}
+	for _, b := range want {
+		if _, found := slices.BinarySearch(got, b); !found {
+			lost = append(lost, b)
+		}
 	}
 	if len(kept) > 0 {
-		t.Errorf("%d of %d deletes sent before the close did not run (clients %v)", len(kept), closeAfterPipelineClients, kept)
+		t.Errorf("%d deletes sent before the close did not run: jobs %v are still there", len(kept), kept)
 	}
 	if len(lost) > 0 {
-		t.Errorf("ids %v: no job, want each second put's job", lost)
-	}
-	for i := range closeAfterPipelineClients {
-		if body := closeAfterPipelineBody("second", i) + "\r\n"; !seen[body] {
-			t.Errorf("client %d's second job (%q) is missing", i, body)
-		}
+		t.Errorf("jobs %v are missing", lost)
 	}
 }
 
-func closeAfterPipelineBody(which string, i int) string { return fmt.Sprintf("%s-%02d", which, i) }
+func closeAfterPipelineBody(job string, i int) string { return fmt.Sprintf("%s-%02d", job, i) }
 
-// putThenDeleteAndClose puts a job on nc and reads its id, then sends a
-// second put and the delete of the first job in one write; the caller closes
-// nc right after.
-func putThenDeleteAndClose(nc net.Conn, i int) (uint64, error) {
+// pipelineThenClose watches a tube of its own instead of default, puts jobs
+// a and b on nc and reads their ids, then sends the pipeline in one write;
+// the caller closes nc right after.
+func pipelineThenClose(nc net.Conn, i int, reserveFirst bool) error {
 	_ = nc.SetDeadline(time.Now().Add(defaultTimeout))
-	body := closeAfterPipelineBody("first", i)
-	if _, err := fmt.Fprintf(nc, "put 0 0 60 %d\r\n%s\r\n", len(body), body); err != nil {
-		return 0, err
+	put := func(job string) string {
+		body := closeAfterPipelineBody(job, i)
+		return fmt.Sprintf("put 0 0 60 %d\r\n%s\r\n", len(body), body)
+	}
+	if _, err := io.WriteString(nc, fmt.Sprintf("watch idle-%02d\r\nignore default\r\n", i)+put("a")+put("b")); err != nil {
+		return err
 	}
 	var got []byte
-	var tmp [64]byte
-	for !bytes.HasSuffix(got, []byte("\r\n")) {
+	var tmp [128]byte
+	for bytes.Count(got, []byte("\r\n")) < 4 {
 		n, err := nc.Read(tmp[:])
 		got = append(got, tmp[:n]...)
 		if err != nil {
-			return 0, fmt.Errorf("reading the reply to the first put: %w (have %q)", err, got)
+			return fmt.Errorf("reading the first replies: %w (have %q)", err, got)
 		}
 	}
-	var id uint64
-	if _, err := fmt.Sscanf(string(got), "INSERTED %d\r\n", &id); err != nil {
-		return 0, fmt.Errorf("first put: got %q, want INSERTED <id>", got)
+	var a, b uint64
+	if _, err := fmt.Sscanf(string(got), "WATCHING 2\r\nWATCHING 1\r\nINSERTED %d\r\nINSERTED %d\r\n", &a, &b); err != nil {
+		return fmt.Errorf("first replies: got %q, want WATCHING 2, WATCHING 1, INSERTED <a>, INSERTED <b>", got)
 	}
-	body = closeAfterPipelineBody("second", i)
-	_, err := fmt.Fprintf(nc, "put 0 0 60 %d\r\n%s\r\ndelete %d\r\n", len(body), body, id)
-	return id, err
+	pipeline := put("c") + fmt.Sprintf("delete %d\r\n", a)
+	if reserveFirst {
+		pipeline = "reserve\r\n" + pipeline + fmt.Sprintf("delete %d\r\n", b)
+	}
+	_, err := io.WriteString(nc, pipeline)
+	return err
 }
