@@ -3,7 +3,7 @@
 // Read control (see connection_readctl_unix.go): events of a connection whose
 // reads are off. Its epoll mask then holds at most EPOLLOUT and, while paused
 // under WithHalfClose, EPOLLRDHUP; EPOLLERR and EPOLLHUP are always reported
-// (until rearm disarms a connection that has seen EPOLLHUP).
+// (until rearm disarms a connection whose peer has closed both directions).
 
 package gnet
 

@@ -56,8 +56,8 @@ type conn struct {
 	isEOF          bool                   // whether the connection has reached EOF
 	readPaused     bool                   // PauseRead is in effect
 	peerEOF        bool                   // read returned EOF under WithHalfClose
-	peerHup        bool                   // the peer's FIN has been seen (EOF, or EPOLLRDHUP while paused)
-	writeShut      bool                   // under WithHalfClose: the peer takes no more output (EPOLLHUP, EPIPE); output is dropped
+	peerHup        bool                   // the peer's FIN has been seen (EOF; EPOLLRDHUP, EPOLLHUP or a reset after it while reads are off)
+	writeShut      bool                   // under WithHalfClose: the peer takes no more output (EPOLLHUP, a reset after its FIN, EPIPE); output is dropped
 }
 
 func newStreamConn(proto string, fd int, el *eventloop, sa unix.Sockaddr, localAddr, remoteAddr net.Addr) (c *conn) {
