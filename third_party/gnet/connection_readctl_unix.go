@@ -14,6 +14,8 @@ import (
 	"net"
 	"os"
 
+	"golang.org/x/sys/unix"
+
 	errorx "github.com/panjf2000/gnet/v2/pkg/errors"
 	"github.com/panjf2000/gnet/v2/pkg/queue"
 )
@@ -25,7 +27,13 @@ func (c *conn) readOff() bool { return c.readPaused || c.peerEOF }
 // outbound data is pending (always in ET mode, as registered); the peer's hangup
 // while paused under WithHalfClose until it has been seen. With reads on, it
 // issues exactly the ModRead/ModReadWrite that upstream gnet issued in its place.
+// A connection whose reads are off and whose peer has shut both directions waits
+// for nothing from the socket, which reports EPOLLHUP on every poll: it is
+// disarmed instead.
 func (c *conn) rearm() error {
+	if c.readOff() && c.peerHup && c.writeShut {
+		return c.loop.poller.Disarm(&c.pollAttachment)
+	}
 	isET := c.loop.engine.opts.EdgeTriggeredIO
 	hangup := c.readPaused && !c.peerHup && c.loop.engine.opts.HalfClose
 	return c.loop.poller.ModEvents(&c.pollAttachment,
@@ -40,6 +48,33 @@ func (el *eventloop) halfClose(c *conn) error {
 		return el.close(c, os.NewSyscallError("read", io.EOF))
 	}
 	return el.handleAction(c, el.eventHandler.OnTraffic(c))
+}
+
+// hangup handles, on a connection whose reads are off under WithHalfClose,
+// EPOLLHUP without EPOLLERR (the peer shut both directions: a unix socket's
+// peer closed it) and EPOLLERR after the peer's FIN (a TCP peer that closed
+// reset the connection when output reached it). As for a half-close, the
+// handler finishes what it has read, and what is still in the socket once it
+// resumes reading; its output is dropped.
+func (el *eventloop) hangup(c *conn) error {
+	c.peerHup = true
+	if err := c.shutWrite(); err != nil {
+		return el.close(c, err)
+	}
+	return el.wake(c)
+}
+
+// peerGoneOnWrite reports whether a write error means, under WithHalfClose, that
+// the peer takes no more output while the connection may still hold its input.
+func (c *conn) peerGoneOnWrite(err error) bool {
+	return err == unix.EPIPE && c.loop.engine.opts.HalfClose
+}
+
+// shutWrite drops c's output, now and from here on: the peer cannot take it.
+func (c *conn) shutWrite() error {
+	c.writeShut = true
+	c.outboundBuffer.Release()
+	return c.rearm()
 }
 
 // writeEvent is el.write for a writable event or its ET follow-up task: when

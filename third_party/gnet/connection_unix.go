@@ -56,7 +56,8 @@ type conn struct {
 	isEOF          bool                   // whether the connection has reached EOF
 	readPaused     bool                   // PauseRead is in effect
 	peerEOF        bool                   // read returned EOF under WithHalfClose
-	peerHup        bool                   // the peer's FIN has been seen (EOF, or EPOLLRDHUP while paused)
+	peerHup        bool                   // the peer's FIN has been seen (EOF; EPOLLRDHUP, EPOLLHUP or a reset after it while reads are off)
+	writeShut      bool                   // under WithHalfClose: the peer takes no more output (EPOLLHUP, a reset after its FIN, EPIPE); output is dropped
 }
 
 func newStreamConn(proto string, fd int, el *eventloop, sa unix.Sockaddr, localAddr, remoteAddr net.Addr) (c *conn) {
@@ -144,6 +145,9 @@ func (c *conn) open(buf []byte) error {
 func (c *conn) write(data []byte) (n int, err error) {
 	isET := c.loop.engine.opts.EdgeTriggeredIO
 	n = len(data)
+	if c.writeShut {
+		return
+	}
 	// If there is pending data in outbound buffer,
 	// the current data ought to be appended to the
 	// outbound buffer for maintaining the sequence
@@ -171,6 +175,9 @@ loop:
 			}
 			return
 		}
+		if c.peerGoneOnWrite(err) {
+			return n, c.shutWrite()
+		}
 		return 0, err
 	}
 	data = data[sent:]
@@ -191,6 +198,9 @@ func (c *conn) writev(bs [][]byte) (n int, err error) {
 
 	for _, b := range bs {
 		n += len(b)
+	}
+	if c.writeShut {
+		return
 	}
 
 	// If there is pending data in outbound buffer,
@@ -220,6 +230,9 @@ loop:
 				err = c.rearm()
 			}
 			return
+		}
+		if c.peerGoneOnWrite(err) {
+			return n, c.shutWrite()
 		}
 		return 0, err
 	}

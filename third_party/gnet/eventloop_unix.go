@@ -338,9 +338,14 @@ loop:
 		n, err = unix.Write(c.fd, iov[0])
 	}
 	_, _ = c.outboundBuffer.Discard(n)
-	switch err {
-	case nil:
-	case unix.EAGAIN:
+	switch {
+	case err == nil:
+	case err == unix.EAGAIN:
+		return nil
+	case c.peerGoneOnWrite(err):
+		if err = c.shutWrite(); err != nil {
+			return el.close(c, err)
+		}
 		return nil
 	default:
 		return el.close(c, os.NewSyscallError("write", err))

@@ -469,8 +469,14 @@ type Conn interface {
 	PeerClosed() bool
 
 	// PeerHangup reports whether, under WithHalfClose, the remote's shutdown has
-	// been seen: at EOF (PeerClosed) or, while reads are paused, by EPOLLRDHUP,
-	// when input sent before it may still wait in the kernel for ResumeRead.
+	// been seen: at EOF (PeerClosed) or, while reads are off, by EPOLLRDHUP,
+	// EPOLLHUP or a reset after the FIN, when input sent before it may still
+	// wait in the kernel for ResumeRead. EPOLLHUP (both directions shut, e.g. the
+	// remote closed a unix socket) and a reset after the FIN (a TCP remote that
+	// closed, answering output) also end the output, as a write failing with
+	// EPIPE does: from then on Write and its kin drop what they are given and
+	// report it written, and the connection stays open until the handler closes
+	// it.
 	// It's not concurrency-safe, you must invoke it within any method in EventHandler.
 	PeerHangup() bool
 

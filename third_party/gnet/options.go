@@ -162,6 +162,9 @@ type Options struct {
 	// instead of closing it, gnet stops reading it and calls OnTraffic once more, with
 	// Conn.PeerClosed() reporting true; the handler closes the connection when it is done.
 	// Paused connections (Conn.PauseRead) also watch for the hangup (Conn.PeerHangup).
+	// A remote that closes both directions (EPOLLHUP without EPOLLERR, a reset after
+	// its FIN, or EPIPE on write) ends the output only: its input is still
+	// delivered, then EOF.
 	// Only the epoll pollers (Linux) support it; elsewhere EOF still closes at once.
 	HalfClose bool
 }

@@ -302,30 +302,119 @@ func TestPatchEOFWithoutOption(t *testing.T) {
 	}
 }
 
-// A reset after the half-close closes the connection, though reads are off.
+// A reset after the half-close (a peer that closed, answering output that
+// reached it) ends only the output: the handler gets one more OnTraffic, its
+// writes are dropped, and the connection stays open until it closes it. A
+// reset before any FIN, while reads are paused, still closes at once.
 func TestPatchHalfCloseThenReset(t *testing.T) {
-	h := newRCHandler()
-	seen := make(chan struct{}, 1)
-	h.traffic = func(c Conn) Action {
-		if c.PeerClosed() {
-			seen <- struct{}{}
+	t.Run("after FIN", func(t *testing.T) {
+		h := newRCHandler()
+		var calls int // loop-only
+		seen, reset := make(chan struct{}), make(chan string, 1)
+		h.traffic = func(c Conn) Action {
+			if !c.PeerClosed() {
+				return None
+			}
+			calls++
+			if calls == 1 {
+				close(seen)
+				return None // keep the connection: wait for something that never comes
+			}
+			n, err := c.Write([]byte("late"))
+			reset <- fmt.Sprintf("%v %d %v %d", c.PeerHangup(), n, err, c.OutboundBuffered())
+			return Close
 		}
-		return None // keep the connection: wait for something that never comes
-	}
-	e := startRC(t, h, WithHalfClose(true))
-	cc, _ := e.dial(t)
-	_, _ = cc.Write([]byte("x"))
-	_ = cc.CloseWrite()
-	select {
-	case <-seen:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no PeerClosed")
-	}
-	_ = cc.SetLinger(0)
-	_ = cc.Close() // RST
-	if err := h.waitClose(t); err == nil {
-		t.Fatal("OnClose err = nil, want an error")
-	}
+		e := startRC(t, h, WithHalfClose(true))
+		cc, _ := e.dial(t)
+		_, _ = cc.Write([]byte("x"))
+		_ = cc.CloseWrite()
+		select {
+		case <-seen:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no PeerClosed")
+		}
+		_ = cc.SetLinger(0)
+		_ = cc.Close() // RST
+		if err := h.waitClose(t); err != nil {
+			t.Fatalf("closed on the reset (OnClose err %v), want an OnTraffic and the handler's Close", err)
+		}
+		select {
+		case got := <-reset:
+			if got != "true 4 <nil> 0" {
+				t.Errorf("after the reset: PeerHangup, Write n, err, pending = %s; want true 4 <nil> 0", got)
+			}
+		default:
+			t.Fatal("no OnTraffic after the reset")
+		}
+	})
+	// The FIN and the reset reach a paused connection while its loop is busy:
+	// one event reports both.
+	t.Run("FIN and reset at once", func(t *testing.T) {
+		h := newRCHandler()
+		paused, reset := make(chan struct{}), make(chan string, 1)
+		h.traffic = func(c Conn) Action {
+			if !c.PeerHangup() {
+				_, _ = c.Discard(-1)
+				if err := c.PauseRead(); err != nil {
+					t.Error(err)
+				}
+				close(paused)
+				return None
+			}
+			n, err := c.Write([]byte("late"))
+			reset <- fmt.Sprintf("%d %v %d", n, err, c.OutboundBuffered())
+			return Close
+		}
+		e := startRC(t, h, WithHalfClose(true))
+		cc, gc := e.dial(t)
+		_, _ = cc.Write([]byte("x"))
+		<-paused
+		busy, release := make(chan struct{}), make(chan struct{})
+		err := gc.EventLoop().Execute(context.Background(), RunnableFunc(func(context.Context) error {
+			close(busy)
+			<-release
+			return nil
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-busy
+		_ = cc.CloseWrite()
+		_ = cc.SetLinger(0)
+		_ = cc.Close() // RST
+		close(release)
+		if err := h.waitClose(t); err != nil {
+			t.Fatalf("closed on the reset (OnClose err %v), want an OnTraffic and the handler's Close", err)
+		}
+		select {
+		case got := <-reset:
+			if got != "4 <nil> 0" {
+				t.Errorf("after the reset: Write n, err, pending = %s; want 4 <nil> 0", got)
+			}
+		default:
+			t.Fatal("no OnTraffic after the reset")
+		}
+	})
+	t.Run("before FIN", func(t *testing.T) {
+		h := newRCHandler()
+		paused := make(chan struct{})
+		h.traffic = func(c Conn) Action {
+			if err := c.PauseRead(); err != nil {
+				t.Error(err)
+			}
+			close(paused)
+			return None
+		}
+		e := startRC(t, h, WithHalfClose(true))
+		cc, _ := e.dial(t)
+		_, _ = cc.Write([]byte("x"))
+		<-paused
+		_ = cc.SetLinger(0)
+		_ = cc.Close() // RST
+		if err := h.waitClose(t); err == nil {
+			t.Fatal("OnClose err = nil, want an error")
+		}
+	})
 }
 
 // A hangup while reads are paused is reported at once (PeerHangup), before the

@@ -19,3 +19,11 @@ func (p *Poller) ModEvents(pa *PollAttachment, read, write, hangup, edgeTriggere
 	return os.NewSyscallError("epoll_ctl mod",
 		unix.EpollCtl(p.fd, unix.EPOLL_CTL_MOD, pa.FD, &unix.EpollEvent{Fd: int32(pa.FD), Events: ev}))
 }
+
+// Disarm modifies the given file descriptor to wait for nothing: with
+// EPOLLONESHOT alone in its mask, epoll reports its EPOLLERR or EPOLLHUP at most
+// once more (at once, if it holds already), then nothing until ModEvents.
+func (p *Poller) Disarm(pa *PollAttachment) error {
+	return os.NewSyscallError("epoll_ctl mod",
+		unix.EpollCtl(p.fd, unix.EPOLL_CTL_MOD, pa.FD, &unix.EpollEvent{Fd: int32(pa.FD), Events: unix.EPOLLONESHOT}))
+}

@@ -18,3 +18,11 @@ func (p *Poller) ModEvents(pa *PollAttachment, read, write, hangup, edgeTriggere
 	convertPollAttachment(unsafe.Pointer(&ev.data), pa)
 	return os.NewSyscallError("epoll_ctl mod", epollCtl(p.fd, unix.EPOLL_CTL_MOD, pa.FD, &ev))
 }
+
+// Disarm: see poller_epoll_default_readctl.go.
+func (p *Poller) Disarm(pa *PollAttachment) error {
+	var ev epollevent
+	ev.events = unix.EPOLLONESHOT
+	convertPollAttachment(unsafe.Pointer(&ev.data), pa)
+	return os.NewSyscallError("epoll_ctl mod", epollCtl(p.fd, unix.EPOLL_CTL_MOD, pa.FD, &ev))
+}

@@ -18,3 +18,6 @@ func (p *Poller) ModEvents(pa *PollAttachment, read, write, _, edgeTriggered boo
 		return p.ModRead(pa, edgeTriggered)
 	}
 }
+
+// Disarm is not supported by kqueue pollers.
+func (*Poller) Disarm(*PollAttachment) error { return errorx.ErrUnsupportedOp }
