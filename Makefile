@@ -14,8 +14,12 @@ build:
 run: build
 	./$(BIN) $(ARGS)
 
+# The server's module, and the tests and the benchmark in modules of their
+# own (e2e/, bench/), so that the server's go.mod lists only what it runs on.
+MODULES := . e2e bench
+
 vet:
-	$(GO) vet ./...
+	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
 
 # Everything CI runs: vet, all tests, the race detector (see race), and a
@@ -25,6 +29,8 @@ vet:
 # fixed in go1.27).
 test: vet
 	$(GO) test -count=1 ./...
+	cd e2e && $(GO) test -count=1 ./...
+	cd bench && $(GO) test -count=1 ./...
 	@$(MAKE) --no-print-directory race
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=500000x ./codec
 
@@ -39,12 +45,12 @@ race:
 	$(GO) test -count=1 -race ./engine/... ./loop/... ./codec/... ./persist/... ./admin/...
 	cd third_party/gnet && $(GO) test -count=1 -race -run Patch .
 	$(GO) build -race -o bin/beanpole-race .
-	BEANPOLE_TEST_BIN=$(CURDIR)/bin/beanpole-race $(GO) test -count=1 ./e2e
+	cd e2e && BEANPOLE_TEST_BIN=$(CURDIR)/bin/beanpole-race $(GO) test -count=1 .
 
 # The binlog's long crash soak: 60 kill -9 rounds per mode plus random cuts
 # (BEANPOLE_SOAK_ROUNDS=N to change).
 soak:
-	BEANPOLE_SOAK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestBinlog' ./e2e
+	cd e2e && BEANPOLE_SOAK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestBinlog' .
 
 # The long searches for concurrency bugs, against a -race server: the
 # randomized model-checked test for STRESS_TIME (default 30m, split across
@@ -54,12 +60,12 @@ soak:
 STRESS_TIME ?= 30m
 stress:
 	$(GO) build -race -o bin/beanpole-race .
-	BEANPOLE_TEST_BIN=$(CURDIR)/bin/beanpole-race BEANPOLE_RANDOM_DURATION=$(STRESS_TIME) \
-		$(GO) test -count=1 -timeout 0 -v -run 'TestRandomizedClientsAgainstModel' ./e2e
-	BEANPOLE_TEST_BIN=$(CURDIR)/bin/beanpole-race BEANPOLE_CORE_ROUNDS=25000 \
-		$(GO) test -count=1 -timeout 0 -v -run 'TestCoreDeleteReserveRacesPut' ./e2e
-	BEANPOLE_TEST_BIN=$(CURDIR)/bin/beanpole-race BEANPOLE_CLUSTER_RANDOM_DURATION=5m \
-		$(GO) test -count=1 -timeout 0 -v -run 'TestClusterRandomizedFaults' ./e2e
+	cd e2e && BEANPOLE_TEST_BIN=$(CURDIR)/bin/beanpole-race BEANPOLE_RANDOM_DURATION=$(STRESS_TIME) \
+		$(GO) test -count=1 -timeout 0 -v -run 'TestRandomizedClientsAgainstModel' .
+	cd e2e && BEANPOLE_TEST_BIN=$(CURDIR)/bin/beanpole-race BEANPOLE_CORE_ROUNDS=25000 \
+		$(GO) test -count=1 -timeout 0 -v -run 'TestCoreDeleteReserveRacesPut' .
+	cd e2e && BEANPOLE_TEST_BIN=$(CURDIR)/bin/beanpole-race BEANPOLE_CLUSTER_RANDOM_DURATION=5m \
+		$(GO) test -count=1 -timeout 0 -v -run 'TestClusterRandomizedFaults' .
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=5m ./codec
@@ -69,7 +75,7 @@ bench:
 	@command -v beanstalkd >/dev/null || (apt-get update && apt-get install -y beanstalkd)
 	mkdir -p bin bench/results
 	$(GO) build -o bin/beanpole .
-	$(GO) run ./bench -beanpole bin/beanpole -beanstalkd $$(command -v beanstalkd) -out bench/results $(BENCHARGS)
+	cd bench && $(GO) run . -beanpole $(CURDIR)/bin/beanpole -beanstalkd $$(command -v beanstalkd) -out results $(BENCHARGS)
 
 # beanpole against bench/floor, a gnet responder with no engine behind it:
 # how close the round trips, pipelines and accepting 10,000 connections get
@@ -77,8 +83,8 @@ bench:
 bench-floor:
 	mkdir -p bin bench/results/floor
 	$(GO) build -o bin/beanpole .
-	$(GO) build -o bin/floor ./bench/floor
-	$(GO) run ./bench -beanpole bin/beanpole -beanstalkd bin/floor -only roundtrip,pipeline,idle-10000 -pinned '' -out bench/results/floor $(BENCHARGS)
+	cd bench && $(GO) build -o $(CURDIR)/bin/floor ./floor
+	cd bench && $(GO) run . -beanpole $(CURDIR)/bin/beanpole -beanstalkd $(CURDIR)/bin/floor -only roundtrip,pipeline,idle-10000 -pinned '' -out results/floor $(BENCHARGS)
 
 # A Debian package in bin/ (dist/mkdeb.sh): the binary, the units, the
 # defaults file, the man page and the docs.

@@ -81,7 +81,7 @@ func realMain() int {
 	fsync := flag.String("fsync", "50,0", "binlog: -f values (ms)")
 	flag.IntVar(&o.MemJobs, "mem-jobs", 1_000_000, "memory: ready jobs to queue (0: skip the scenario)")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./bench -beanpole PATH [-beanstalkd PATH] [-out DIR] [flags]\n\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run . -beanpole PATH [-beanstalkd PATH] [-out DIR] [flags]   (in bench/)\n\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()

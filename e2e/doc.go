@@ -10,11 +10,12 @@
 // skips the beanpole decisions that upstream does not follow (the line-length
 // rule of docs/behaviour.md 'Long lines', FIFO waiters).
 //
-// Run it with:
+// The tests are a Go module of their own (e2e/go.mod), so that the server's
+// go.mod lists only what the server runs on. Run them from e2e/ with:
 //
-//	go test ./e2e
-//	BEANPOLE_TEST_BIN=/usr/bin/beanstalkd go test ./e2e
-//	go build -race -o bin/beanpole-race . && BEANPOLE_TEST_BIN=$PWD/bin/beanpole-race go test ./e2e
+//	go test .
+//	BEANPOLE_TEST_BIN=/usr/bin/beanstalkd go test .
+//	go build -race -o ../bin/beanpole-race .. && BEANPOLE_TEST_BIN=$PWD/../bin/beanpole-race go test .
 //
 // The last is part of `make test`. A server built with -race is recognised
 // by its build information: a race it reports (on stderr), or its exit with
