@@ -80,58 +80,117 @@ func TestParkedReserveIsServedByPutFIFO(t *testing.T) {
 	}
 }
 
-func TestReserveWithTimeoutTimesOut(t *testing.T) {
-	e := New(1)
+// woken reports whether the client's loop has been told to wake.
+func woken(ch chan *Client) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestReserveWithTimeoutTimesOutAtItsTimeout(t *testing.T) {
+	e, clk := newManualEngine(1)
 	c, ch := newTestClient(e, 1)
-	start := time.Now()
 	if _, o := c.Reserve(c.e.Now(), 100*time.Millisecond); o != Parked {
 		t.Fatal("should park")
 	}
-	<-ch
+	clk.Advance(100*time.Millisecond - 1)
+	if woken(ch) {
+		t.Fatal("woke 1 ns before its timeout")
+	}
+	clk.Advance(1)
+	if !woken(ch) {
+		t.Fatal("not woken at its timeout")
+	}
 	if _, o := c.TakeWakeup(); o != TimedOut {
 		t.Fatalf("outcome %v", o)
-	}
-	if d := time.Since(start); d < 90*time.Millisecond {
-		t.Fatalf("timed out after %v", d)
 	}
 	if _, o := c.Reserve(c.e.Now(), 0); o != TimedOut {
 		t.Fatalf("reserve-with-timeout 0: %v", o)
 	}
 }
 
-func TestTTRExpiryReturnsJobToReady(t *testing.T) {
-	e := New(1)
+func jobState(t *testing.T, e *Engine, id uint64) codec.JobStats {
+	t.Helper()
+	var st codec.JobStats
+	if !e.StatsJob(id, &st) {
+		t.Fatalf("no job %d", id)
+	}
+	return st
+}
+
+// A reserved job is answered DEADLINE_SOON from its safety margin (1 s
+// before the TTR runs out) on, and goes back to ready when the TTR runs out,
+// neither a nanosecond early.
+func TestTTRMarginAndExpiryComeAtTheirDeadlines(t *testing.T) {
+	e, clk := newManualEngine(1)
 	c, _ := newTestClient(e, 1)
-	j, _ := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, []byte("x\r\n"))
+	j, _ := c.Put(e.Now(), e.NextID(), 0, 0, 2*time.Second, []byte("x\r\n"))
 	if got, o := c.Reserve(c.e.Now(), 0); o != GotJob || got != j {
 		t.Fatal("reserve")
 	}
-	// Inside the margin with nothing else ready: DEADLINE_SOON at once.
-	time.Sleep(50 * time.Millisecond)
-	if _, o := c.Reserve(c.e.Now(), 0); o != DeadlineSoon {
-		t.Fatalf("want DeadlineSoon, got %v", o)
+	clk.Advance(time.Second - 1)
+	if _, o := c.Reserve(c.e.Now(), 0); o != TimedOut {
+		t.Fatalf("1 ns before the margin: %v, want TimedOut", o)
 	}
-	time.Sleep(1100 * time.Millisecond)
-	var st codec.JobStats
-	if !e.StatsJob(j.ID, &st) || st.State != "ready" || st.Timeouts != 1 {
+	clk.Advance(1)
+	if _, o := c.Reserve(c.e.Now(), 0); o != DeadlineSoon {
+		t.Fatalf("in the margin: %v, want DeadlineSoon", o)
+	}
+	clk.Advance(time.Second - 1)
+	if st := jobState(t, e, j.ID); st.State != "reserved" || st.Timeouts != 0 {
+		t.Fatalf("1 ns before the TTR ran out: %+v", st)
+	}
+	clk.Advance(1)
+	if st := jobState(t, e, j.ID); st.State != "ready" || st.Timeouts != 1 {
 		t.Fatalf("after TTR: %+v", st)
 	}
 }
 
-func TestDelayedJobBecomesReady(t *testing.T) {
-	e := New(1)
+// A reserve parked with no timeout, by a client holding a job, is woken
+// with DEADLINE_SOON when the job's safety margin begins.
+func TestParkedReserveWakesAtTheTTRMargin(t *testing.T) {
+	e, clk := newManualEngine(1)
 	c, ch := newTestClient(e, 1)
-	put(t, c, 0, 100*time.Millisecond, "later")
+	put(t, c, 0, 0, "x") // TTR 10 s: margin at 9 s
+	if _, o := c.Reserve(c.e.Now(), 0); o != GotJob {
+		t.Fatal("reserve")
+	}
+	if _, o := c.Reserve(c.e.Now(), -1); o != Parked {
+		t.Fatal("should park")
+	}
+	clk.Advance(9*time.Second - 1)
+	if woken(ch) {
+		t.Fatal("woke 1 ns before the margin")
+	}
+	clk.Advance(1)
+	if !woken(ch) {
+		t.Fatal("not woken at the margin")
+	}
+	if _, o := c.TakeWakeup(); o != DeadlineSoon {
+		t.Fatalf("outcome %v, want DeadlineSoon", o)
+	}
+}
+
+func TestDelayedJobBecomesReadyAtItsDeadline(t *testing.T) {
+	e, clk := newManualEngine(1)
+	c, ch := newTestClient(e, 1)
+	j := put(t, c, 0, 100*time.Millisecond, "later")
 	if _, o := c.Reserve(c.e.Now(), -1); o != Parked {
 		t.Fatal("should park while the job is delayed")
 	}
-	select {
-	case <-ch:
-	case <-time.After(2 * time.Second):
-		t.Fatal("delayed job never delivered")
+	clk.Advance(100*time.Millisecond - 1)
+	if st := jobState(t, e, j.ID); woken(ch) || st.State != "delayed" {
+		t.Fatalf("1 ns before its delay ran out: %+v", st)
 	}
-	if j, o := c.TakeWakeup(); o != GotJob || string(j.Body) != "later\r\n" {
-		t.Fatalf("%v %v", j, o)
+	clk.Advance(1)
+	if !woken(ch) {
+		t.Fatal("delayed job not delivered when its delay ran out")
+	}
+	if got, o := c.TakeWakeup(); o != GotJob || got != j {
+		t.Fatalf("%v %v", got, o)
 	}
 }
 
