@@ -80,6 +80,31 @@ func TestParkedReserveIsServedByPutFIFO(t *testing.T) {
 	}
 }
 
+// awaitNoDelayed waits until no tube has a delayed job, each seen under its
+// lock, so every timer fire that promoted one has finished. It is for
+// tests that stopped all clients with short delays still running.
+func awaitNoDelayed(t *testing.T, e *Engine, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		left := 0
+		for _, name := range e.AppendTubeNames(nil) {
+			if tb := e.reg.lookup(name); tb != nil {
+				tb.mu.Lock()
+				left += tb.delay.Len()
+				tb.mu.Unlock()
+			}
+		}
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d delayed jobs not promoted within %v", left, within)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // woken reports whether the client's loop has been told to wake.
 func woken(ch chan *Client) bool {
 	select {
