@@ -219,6 +219,89 @@ func TestDelayedJobBecomesReadyAtItsDeadline(t *testing.T) {
 	}
 }
 
+// CancelWait ends an open wait at once (the loop answers TIMED_OUT to a
+// parked client whose peer half-closed): the client leaves every watched
+// tube's queue, current-waiting drops, and a later put is not delivered to
+// it. It refuses a wait that already has its answer: a job assigned to the
+// client stays its own (Close gives it back), a timeout stays a timeout.
+func TestCancelWaitEndsOnlyAnOpenWait(t *testing.T) {
+	e, clk := newManualEngine(2)
+	c, ch := newTestClient(e, 1)
+	c.Watch([]byte("b"))
+	p, _ := newTestClient(e, 2)
+	p.Use([]byte("b"))
+	waiting := func() (all, def, b uint64) {
+		var st codec.ServerStats
+		e.Stats(&st)
+		return st.CurrentWaiting, tubeWaiting(t, e, "default"), tubeWaiting(t, e, "b")
+	}
+	if c.CancelWait() {
+		t.Fatal("cancelled a wait that never began")
+	}
+
+	if _, o := c.Reserve(e.Now(), -1); o != Parked {
+		t.Fatal("should park")
+	}
+	if all, def, b := waiting(); all != 1 || def != 1 || b != 1 {
+		t.Fatalf("parked: current-waiting %d, default %d, b %d", all, def, b)
+	}
+	if !c.CancelWait() {
+		t.Fatal("an open wait was not cancelled")
+	}
+	if all, def, b := waiting(); all != 0 || def != 0 || b != 0 {
+		t.Fatalf("cancelled: current-waiting %d, default %d, b %d", all, def, b)
+	}
+	if c.CancelWait() {
+		t.Fatal("cancelled the same wait twice")
+	}
+	j1 := put(t, p, 0, 0, "one")
+	if woken(ch) || jobState(t, e, j1.ID).State != "ready" {
+		t.Fatal("a put went to a cancelled wait")
+	}
+	if got, o := c.Reserve(e.Now(), -1); o != GotJob || got != j1 {
+		t.Fatalf("the next reserve after a cancel: %v %v", got, o)
+	}
+
+	// A wait that a put has already answered.
+	if _, o := c.Reserve(e.Now(), -1); o != Parked {
+		t.Fatal("should park")
+	}
+	j2 := put(t, p, 0, 0, "two")
+	if !woken(ch) {
+		t.Fatal("the put did not wake the parked client")
+	}
+	if c.CancelWait() {
+		t.Fatal("cancelled a wait that had its job")
+	}
+	if st := jobState(t, e, j2.ID); st.State != "reserved" {
+		t.Fatalf("the job assigned to the wait: %+v", st)
+	}
+	c.Close()
+	for _, j := range []*Job{j1, j2} {
+		if st := jobState(t, e, j.ID); st.State != "ready" {
+			t.Fatalf("job %d after Close: %+v", j.ID, st)
+		}
+	}
+
+	// A wait that timed out.
+	d, dch := newTestClient(e, 1)
+	d.Watch([]byte("empty"))
+	d.Ignore([]byte("default"))
+	if _, o := d.Reserve(e.Now(), 100*time.Millisecond); o != Parked {
+		t.Fatal("should park")
+	}
+	clk.Advance(100 * time.Millisecond)
+	if !woken(dch) {
+		t.Fatal("not woken at its timeout")
+	}
+	if d.CancelWait() {
+		t.Fatal("cancelled a wait that had timed out")
+	}
+	if _, o := d.TakeWakeup(); o != TimedOut {
+		t.Fatalf("after a refused cancel: %v, want TimedOut", o)
+	}
+}
+
 func TestCloseReturnsReservedJobsAndFreesTubes(t *testing.T) {
 	e := New(1)
 	a, _ := newTestClient(e, 1)
