@@ -63,7 +63,7 @@ type waitState struct {
 	wjob      *Job         // set by whoever claimed the wait
 	timeoutAt atomic.Int64 // monotonic ns, or never
 	marginAt  atomic.Int64 // monotonic ns: soonest TTR deadline minus 1 s
-	timer     *time.Timer
+	timer     timer
 }
 
 // Margin is the safety margin before a TTR deadline in which a reserve is

@@ -30,6 +30,7 @@ type Engine struct {
 	logFailure  atomic.Pointer[string] // the binlog's first failure
 	tubeSeq     atomic.Uint64          // hands out Tube.order
 	memLimit    int64                  // ceiling on job memory (memory.go); 0: none
+	clk         *clock                 // nil: the runtime's (clock.go)
 }
 
 // New makes an engine for a server with the given number of event loops.
@@ -46,7 +47,12 @@ func New(loops int) *Engine {
 
 // mono is monotonic time in ns since the engine started: TTR, delays and
 // pauses must not move when the wall clock is stepped.
-func (e *Engine) mono() int64 { return int64(time.Since(e.base)) }
+func (e *Engine) mono() int64 {
+	if e.clk == nil {
+		return int64(time.Since(e.base))
+	}
+	return e.clk.now.Load()
+}
 
 // Now is the engine's clock, for Client.Put.
 func (e *Engine) Now() int64 { return e.mono() }
@@ -64,4 +70,4 @@ func (e *Engine) SetDraining() { e.draining.Store(true) }
 func (e *Engine) Draining() bool { return e.draining.Load() }
 
 // Uptime is the time since the engine started.
-func (e *Engine) Uptime() time.Duration { return time.Since(e.base) }
+func (e *Engine) Uptime() time.Duration { return time.Duration(e.mono()) }

@@ -80,58 +80,225 @@ func TestParkedReserveIsServedByPutFIFO(t *testing.T) {
 	}
 }
 
-func TestReserveWithTimeoutTimesOut(t *testing.T) {
-	e := New(1)
+// awaitNoDelayed waits until no tube has a delayed job, each seen under its
+// lock, so every timer fire that promoted one has finished. It is for
+// tests that stopped all clients with short delays still running.
+func awaitNoDelayed(t *testing.T, e *Engine, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		left := 0
+		for _, name := range e.AppendTubeNames(nil) {
+			if tb := e.reg.lookup(name); tb != nil {
+				tb.mu.Lock()
+				left += tb.delay.Len()
+				tb.mu.Unlock()
+			}
+		}
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d delayed jobs not promoted within %v", left, within)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// woken reports whether the client's loop has been told to wake.
+func woken(ch chan *Client) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestReserveWithTimeoutTimesOutAtItsTimeout(t *testing.T) {
+	e, clk := newManualEngine(1)
 	c, ch := newTestClient(e, 1)
-	start := time.Now()
 	if _, o := c.Reserve(c.e.Now(), 100*time.Millisecond); o != Parked {
 		t.Fatal("should park")
 	}
-	<-ch
+	clk.Advance(100*time.Millisecond - 1)
+	if woken(ch) {
+		t.Fatal("woke 1 ns before its timeout")
+	}
+	clk.Advance(1)
+	if !woken(ch) {
+		t.Fatal("not woken at its timeout")
+	}
 	if _, o := c.TakeWakeup(); o != TimedOut {
 		t.Fatalf("outcome %v", o)
-	}
-	if d := time.Since(start); d < 90*time.Millisecond {
-		t.Fatalf("timed out after %v", d)
 	}
 	if _, o := c.Reserve(c.e.Now(), 0); o != TimedOut {
 		t.Fatalf("reserve-with-timeout 0: %v", o)
 	}
 }
 
-func TestTTRExpiryReturnsJobToReady(t *testing.T) {
-	e := New(1)
+func jobState(t *testing.T, e *Engine, id uint64) codec.JobStats {
+	t.Helper()
+	var st codec.JobStats
+	if !e.StatsJob(id, &st) {
+		t.Fatalf("no job %d", id)
+	}
+	return st
+}
+
+// A reserved job is answered DEADLINE_SOON from its safety margin (1 s
+// before the TTR runs out) on, and goes back to ready when the TTR runs out,
+// neither a nanosecond early.
+func TestTTRMarginAndExpiryComeAtTheirDeadlines(t *testing.T) {
+	e, clk := newManualEngine(1)
 	c, _ := newTestClient(e, 1)
-	j, _ := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, []byte("x\r\n"))
+	j, _ := c.Put(e.Now(), e.NextID(), 0, 0, 2*time.Second, []byte("x\r\n"))
 	if got, o := c.Reserve(c.e.Now(), 0); o != GotJob || got != j {
 		t.Fatal("reserve")
 	}
-	// Inside the margin with nothing else ready: DEADLINE_SOON at once.
-	time.Sleep(50 * time.Millisecond)
-	if _, o := c.Reserve(c.e.Now(), 0); o != DeadlineSoon {
-		t.Fatalf("want DeadlineSoon, got %v", o)
+	clk.Advance(time.Second - 1)
+	if _, o := c.Reserve(c.e.Now(), 0); o != TimedOut {
+		t.Fatalf("1 ns before the margin: %v, want TimedOut", o)
 	}
-	time.Sleep(1100 * time.Millisecond)
-	var st codec.JobStats
-	if !e.StatsJob(j.ID, &st) || st.State != "ready" || st.Timeouts != 1 {
+	clk.Advance(1)
+	if _, o := c.Reserve(c.e.Now(), 0); o != DeadlineSoon {
+		t.Fatalf("in the margin: %v, want DeadlineSoon", o)
+	}
+	clk.Advance(time.Second - 1)
+	if st := jobState(t, e, j.ID); st.State != "reserved" || st.Timeouts != 0 {
+		t.Fatalf("1 ns before the TTR ran out: %+v", st)
+	}
+	clk.Advance(1)
+	if st := jobState(t, e, j.ID); st.State != "ready" || st.Timeouts != 1 {
 		t.Fatalf("after TTR: %+v", st)
 	}
 }
 
-func TestDelayedJobBecomesReady(t *testing.T) {
-	e := New(1)
+// A reserve parked with no timeout, by a client holding a job, is woken
+// with DEADLINE_SOON when the job's safety margin begins.
+func TestParkedReserveWakesAtTheTTRMargin(t *testing.T) {
+	e, clk := newManualEngine(1)
 	c, ch := newTestClient(e, 1)
-	put(t, c, 0, 100*time.Millisecond, "later")
+	put(t, c, 0, 0, "x") // TTR 10 s: margin at 9 s
+	if _, o := c.Reserve(c.e.Now(), 0); o != GotJob {
+		t.Fatal("reserve")
+	}
+	if _, o := c.Reserve(c.e.Now(), -1); o != Parked {
+		t.Fatal("should park")
+	}
+	clk.Advance(9*time.Second - 1)
+	if woken(ch) {
+		t.Fatal("woke 1 ns before the margin")
+	}
+	clk.Advance(1)
+	if !woken(ch) {
+		t.Fatal("not woken at the margin")
+	}
+	if _, o := c.TakeWakeup(); o != DeadlineSoon {
+		t.Fatalf("outcome %v, want DeadlineSoon", o)
+	}
+}
+
+func TestDelayedJobBecomesReadyAtItsDeadline(t *testing.T) {
+	e, clk := newManualEngine(1)
+	c, ch := newTestClient(e, 1)
+	j := put(t, c, 0, 100*time.Millisecond, "later")
 	if _, o := c.Reserve(c.e.Now(), -1); o != Parked {
 		t.Fatal("should park while the job is delayed")
 	}
-	select {
-	case <-ch:
-	case <-time.After(2 * time.Second):
-		t.Fatal("delayed job never delivered")
+	clk.Advance(100*time.Millisecond - 1)
+	if st := jobState(t, e, j.ID); woken(ch) || st.State != "delayed" {
+		t.Fatalf("1 ns before its delay ran out: %+v", st)
 	}
-	if j, o := c.TakeWakeup(); o != GotJob || string(j.Body) != "later\r\n" {
-		t.Fatalf("%v %v", j, o)
+	clk.Advance(1)
+	if !woken(ch) {
+		t.Fatal("delayed job not delivered when its delay ran out")
+	}
+	if got, o := c.TakeWakeup(); o != GotJob || got != j {
+		t.Fatalf("%v %v", got, o)
+	}
+}
+
+// CancelWait ends an open wait at once (the loop answers TIMED_OUT to a
+// parked client whose peer half-closed): the client leaves every watched
+// tube's queue, current-waiting drops, and a later put is not delivered to
+// it. It refuses a wait that already has its answer: a job assigned to the
+// client stays its own (Close gives it back), a timeout stays a timeout.
+func TestCancelWaitEndsOnlyAnOpenWait(t *testing.T) {
+	e, clk := newManualEngine(2)
+	c, ch := newTestClient(e, 1)
+	c.Watch([]byte("b"))
+	p, _ := newTestClient(e, 2)
+	p.Use([]byte("b"))
+	waiting := func() (all, def, b uint64) {
+		var st codec.ServerStats
+		e.Stats(&st)
+		return st.CurrentWaiting, tubeWaiting(t, e, "default"), tubeWaiting(t, e, "b")
+	}
+	if c.CancelWait() {
+		t.Fatal("cancelled a wait that never began")
+	}
+
+	if _, o := c.Reserve(e.Now(), -1); o != Parked {
+		t.Fatal("should park")
+	}
+	if all, def, b := waiting(); all != 1 || def != 1 || b != 1 {
+		t.Fatalf("parked: current-waiting %d, default %d, b %d", all, def, b)
+	}
+	if !c.CancelWait() {
+		t.Fatal("an open wait was not cancelled")
+	}
+	if all, def, b := waiting(); all != 0 || def != 0 || b != 0 {
+		t.Fatalf("cancelled: current-waiting %d, default %d, b %d", all, def, b)
+	}
+	if c.CancelWait() {
+		t.Fatal("cancelled the same wait twice")
+	}
+	j1 := put(t, p, 0, 0, "one")
+	if woken(ch) || jobState(t, e, j1.ID).State != "ready" {
+		t.Fatal("a put went to a cancelled wait")
+	}
+	if got, o := c.Reserve(e.Now(), -1); o != GotJob || got != j1 {
+		t.Fatalf("the next reserve after a cancel: %v %v", got, o)
+	}
+
+	// A wait that a put has already answered.
+	if _, o := c.Reserve(e.Now(), -1); o != Parked {
+		t.Fatal("should park")
+	}
+	j2 := put(t, p, 0, 0, "two")
+	if !woken(ch) {
+		t.Fatal("the put did not wake the parked client")
+	}
+	if c.CancelWait() {
+		t.Fatal("cancelled a wait that had its job")
+	}
+	if st := jobState(t, e, j2.ID); st.State != "reserved" {
+		t.Fatalf("the job assigned to the wait: %+v", st)
+	}
+	c.Close()
+	for _, j := range []*Job{j1, j2} {
+		if st := jobState(t, e, j.ID); st.State != "ready" {
+			t.Fatalf("job %d after Close: %+v", j.ID, st)
+		}
+	}
+
+	// A wait that timed out.
+	d, dch := newTestClient(e, 1)
+	d.Watch([]byte("empty"))
+	d.Ignore([]byte("default"))
+	if _, o := d.Reserve(e.Now(), 100*time.Millisecond); o != Parked {
+		t.Fatal("should park")
+	}
+	clk.Advance(100 * time.Millisecond)
+	if !woken(dch) {
+		t.Fatal("not woken at its timeout")
+	}
+	if d.CancelWait() {
+		t.Fatal("cancelled a wait that had timed out")
+	}
+	if _, o := d.TakeWakeup(); o != TimedOut {
+		t.Fatalf("after a refused cancel: %v, want TimedOut", o)
 	}
 }
 

@@ -75,7 +75,7 @@ func operatorChurn(t *testing.T, journaled bool) {
 					if c.WakeWhenAcked(a) {
 						select {
 						case <-ch:
-						case <-time.After(time.Second):
+						case <-time.After(10 * time.Second):
 						}
 					}
 				}
@@ -167,7 +167,7 @@ func operatorChurn(t *testing.T, journaled bool) {
 	if f != nil && f.unacked() > 0 {
 		f.ackNext(f.unacked(), nil)
 	}
-	time.Sleep(20 * time.Millisecond) // let delays of a few ms promote
+	awaitNoDelayed(t, e, 10*time.Second) // delays of a few ms
 
 	var gs codec.ServerStats
 	e.Stats(&gs)

@@ -222,14 +222,14 @@ func TestBrowseListsEachStateInServingOrder(t *testing.T) {
 }
 
 func TestLatencyHistogramsCountWaitsAndRuns(t *testing.T) {
-	e := New(1)
+	e, clk := newManualEngine(1)
 	c, _ := newTestClient(e, 1)
 	j := put(t, c, 0, 0, "x")
-	time.Sleep(30 * time.Millisecond)
+	clk.Advance(30 * time.Millisecond)
 	if got, o := c.Reserve(c.e.Now(), 0); o != GotJob || got != j {
 		t.Fatalf("reserve: %v", o)
 	}
-	time.Sleep(10 * time.Millisecond)
+	clk.Advance(5*time.Millisecond + 1)
 	if ok, _ := c.Delete(c.e.Now(), j.ID); !ok {
 		t.Fatal("delete")
 	}
@@ -237,15 +237,12 @@ func TestLatencyHistogramsCountWaitsAndRuns(t *testing.T) {
 	if !ok {
 		t.Fatal("no default tube")
 	}
-	// At least 30 ms waited: above the 25 ms bound; at least 10 ms run:
-	// above 5 ms (a loaded machine may sleep longer, never shorter).
-	above := func(h Histogram, bound int) (n uint64) {
-		for _, c := range h.Counts[bound:] {
-			n += c
-		}
-		return n
-	}
-	if above(wait, 3) != 1 || wait.Sum < 30*time.Millisecond || above(run, 2) != 1 || run.Sum < 10*time.Millisecond {
+	// 30 ms waited: in the (25 ms, 100 ms] bucket; 5 ms + 1 ns run: just
+	// past the 5 ms bound.
+	var wantWait, wantRun Histogram
+	wantWait.Counts[3], wantWait.Sum = 1, 30*time.Millisecond
+	wantRun.Counts[2], wantRun.Sum = 1, 5*time.Millisecond+1
+	if wait != wantWait || run != wantRun {
 		t.Fatalf("wait %+v, run %+v", wait, run)
 	}
 	// reserve-job of a buried job is no wait; a delete of a ready job no run.

@@ -190,7 +190,7 @@ func (c *Client) park(now int64, timeout time.Duration, margin int64) (*Job, Out
 		if at := min(deadline, margin); at != never {
 			d := time.Duration(at - c.e.mono())
 			if c.timer == nil {
-				c.timer = time.AfterFunc(d, c.onTimer)
+				c.timer = c.e.afterFunc(d, c.onTimer)
 			} else {
 				c.timer.Reset(d)
 			}

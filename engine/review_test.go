@@ -91,60 +91,88 @@ func TestReviewCloseVsPutStress(t *testing.T) {
 	}
 }
 
-// TestReviewTakeReadsPriWithoutLock: take() compares a job found in one
-// tube (top) with the next tube's top after releasing the first tube's
-// lock, so it reads top.Pri while another client may be releasing that
-// job with a new priority under the first tube's lock. Run with -race.
-func TestReviewTakeReadsPriWithoutLock(t *testing.T) {
+// TestMultiTubeReserveNeverPassesOverAnUrgentReadyJob: a reserve watching
+// several tubes takes the most urgent ready job of one instant, deciding on
+// all their tops together (take holds every watched tube's lock), even
+// while other clients move jobs in and out of those tubes and change their
+// priorities. Two jobs at priority 0 or 1 take turns being reserved by a
+// mutator, which releases one before reserving the other, so at every
+// instant one of them is ready (or held by the reserving client itself,
+// which releases it before its next reserve); 40 more watched tubes hold a
+// job at priority 1000 each. A reserve that compared tubes' tops read at
+// different instants could see neither urgent job and take a 1000 (or time
+// out). Run with -race it also checks that priorities are read under lock.
+func TestMultiTubeReserveNeverPassesOverAnUrgentReadyJob(t *testing.T) {
 	e := New(3)
-	px, _ := newTestClient(e, 1)
-	px.Use([]byte("x"))
-	put(t, px, 5, 0, "jx")
-	// Many other watched tubes after x, each with a less urgent job, so
-	// take() keeps comparing against top (job x) long after x.mu is gone.
-	var names [][]byte
+	p, _ := newTestClient(e, 1)
+	var urgent [2]*Tube
+	for k, name := range []string{"x1", "x2"} {
+		p.Use([]byte(name))
+		urgent[k] = put(t, p, 0, 0, name).Tube
+	}
+	a, _ := newTestClient(e, 2)
+	a.Watch([]byte("x1"))
+	a.Watch([]byte("x2"))
 	for i := range 40 {
 		n := []byte{'y', byte('a' + i%26), byte('a' + i/26)}
-		names = append(names, n)
-		py, _ := newTestClient(e, 1)
-		py.Use(n)
-		put(t, py, 1000, 0, "jy")
+		p.Use(n)
+		put(t, p, 1000, 0, "y")
+		a.Watch(n)
+	}
+	a.Ignore([]byte("default"))
+	var m [2]*Client
+	for k, name := range []string{"x1", "x2"} {
+		m[k], _ = newTestClient(e, 3)
+		m[k].Watch([]byte(name))
+		m[k].Ignore([]byte("default"))
+	}
+	var held [2]*Job
+	if j, o := m[1].Reserve(e.Now(), 0); o == GotJob {
+		held[1] = j
+	} else {
+		t.Fatal("the mutator's first reserve")
 	}
 
+	const rounds = 20000
 	var stop atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(3)
+	var swaps, reserves atomic.Int64
+	done := make(chan struct{})
 	go func() {
-		defer wg.Done()
-		a, _ := newTestClient(e, 2)
-		a.Watch([]byte("x"))
-		for _, n := range names {
-			a.Watch(n)
-		}
-		for !stop.Load() {
-			if j, o := a.Reserve(a.e.Now(), 0); o == GotJob {
-				a.Release(j.ID, 1000, 0)
+		defer close(done)
+		for i := 0; !stop.Load(); i++ {
+			k := i % 2 // m[k] gives its job back, then m[1-k] takes the other
+			if held[k] != nil {
+				m[k].Release(held[k].ID, uint32(i/2%2), 0)
+				held[k] = nil
 			}
-		}
-	}()
-	// B and C watch only x and keep changing job x's priority.
-	for k := range 2 {
-		go func() {
-			defer wg.Done()
-			b, _ := newTestClient(e, 3)
-			b.Watch([]byte("x"))
-			pri := uint32(k)
-			for !stop.Load() {
-				if j, o := b.Reserve(b.e.Now(), 0); o == GotJob {
-					pri = (pri + 1) % 20
-					b.Release(j.ID, pri, 0)
+			if held[1-k] == nil {
+				if j, o := m[1-k].Reserve(e.Now(), 0); o == GotJob {
+					held[1-k] = j
 				}
 			}
-		}()
+			swaps.Add(1)
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for (swaps.Load() < rounds || reserves.Load() < rounds) && time.Now().Before(deadline) {
+		j, o := a.Reserve(e.Now(), 0)
+		if o != GotJob {
+			stop.Store(true)
+			<-done
+			t.Fatalf("reserve %d: %v with an urgent job ready throughout", reserves.Load(), o)
+		}
+		if j.Tube != urgent[0] && j.Tube != urgent[1] {
+			stop.Store(true)
+			<-done
+			t.Fatalf("reserve %d took job %d of %s at priority %d with an urgent job ready throughout",
+				reserves.Load(), j.ID, j.Tube.Name, j.Pri)
+		}
+		a.Release(j.ID, 0, 0)
+		reserves.Add(1)
 	}
-	time.Sleep(3 * time.Second)
 	stop.Store(true)
-	wg.Wait()
+	<-done
+	t.Logf("%d reserves beside %d mutator rounds", reserves.Load(), swaps.Load())
 }
 
 // lcg is a small deterministic random source for one test goroutine:
@@ -180,7 +208,7 @@ func TestReviewInvariantsUnderChurn(t *testing.T) {
 						select {
 						case <-ch:
 							j, o = c.TakeWakeup()
-						case <-time.After(time.Second):
+						case <-time.After(10 * time.Second):
 							t.Error("parked reserve never answered")
 							return
 						}
@@ -228,7 +256,7 @@ func TestReviewInvariantsUnderChurn(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	stop.Store(true)
 	wg.Wait()
-	time.Sleep(50 * time.Millisecond) // let 0-4 ms delays promote
+	awaitNoDelayed(t, e, 10*time.Second) // 0-4 ms delays
 
 	var gs codec.ServerStats
 	e.Stats(&gs)
@@ -271,7 +299,7 @@ func TestReviewInvariantsUnderChurn(t *testing.T) {
 
 // TestReviewDelayedTimerNeverLost: concurrent puts with short, varied delays
 // race schedule() against fire(); every delayed job must be promoted soon
-// after its deadline.
+// after its deadline (within 10 s: a lost timer never fires).
 func TestReviewDelayedTimerNeverLost(t *testing.T) {
 	e := New(4)
 	var wg sync.WaitGroup
@@ -292,11 +320,11 @@ func TestReviewDelayedTimerNeverLost(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	time.Sleep(150 * time.Millisecond)
+	awaitNoDelayed(t, e, 10*time.Second)
 	var st codec.TubeStats
 	e.StatsTube([]byte("default"), &st)
-	if st.CurrentJobsDelayed != 0 {
-		t.Fatalf("%d delayed jobs never promoted (ready %d)", st.CurrentJobsDelayed, st.CurrentJobsReady)
+	if st.CurrentJobsDelayed != 0 || st.CurrentJobsReady != 1600 {
+		t.Fatalf("%d delayed jobs, %d ready, of 1600", st.CurrentJobsDelayed, st.CurrentJobsReady)
 	}
 }
 

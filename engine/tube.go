@@ -39,7 +39,7 @@ type Tube struct {
 	// end of a pause. armedAt is the earliest time it is set to fire; it is
 	// only moved earlier here, and a fire re-arms for whatever is next, so
 	// the common case (a later deadline) never touches the timer.
-	timer   *time.Timer
+	timer   timer
 	armedAt int64
 
 	// Guarded by the registry lock.
@@ -140,7 +140,7 @@ func (t *Tube) schedule(at int64) {
 	t.armedAt = at
 	d := time.Duration(at - t.e.mono())
 	if t.timer == nil {
-		t.timer = time.AfterFunc(d, t.fire)
+		t.timer = t.e.afterFunc(d, t.fire)
 	} else {
 		t.timer.Reset(d)
 	}

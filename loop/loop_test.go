@@ -2,6 +2,7 @@ package loop
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -55,12 +56,14 @@ func TestPipelinedRepliesInOneBatch(t *testing.T) {
 }
 
 func TestParkedReserveHoldsBackPipelinedCommands(t *testing.T) {
-	addr := startServer(t, 65535)
+	addr, eng := startServerEng(t, 2, 65535, 0)
 	w := dial(t, addr)
 	p := dial(t, addr)
 	send(t, w, "reserve\r\nlist-tube-used\r\n")
-	time.Sleep(50 * time.Millisecond)
+	awaitWaiting(t, eng, 1)
 	send(t, w, "use later\r\n") // arrives while parked: must wait too
+	// The replies are the same if it arrives after the put; the pause only
+	// makes it likely that it is read while the reserve is parked.
 	time.Sleep(50 * time.Millisecond)
 	send(t, p, "put 0 0 10 3\r\nabc\r\n")
 	expect(t, p, "INSERTED 1\r\n")
@@ -100,13 +103,27 @@ func TestJobTooBigDiscardsBody(t *testing.T) {
 	expect(t, c, "JOB_TOO_BIG\r\nINSERTED 1\r\n")
 }
 
+// A client that half-closes while its reserve is parked gets TIMED_OUT (the
+// loop cancels the wait), and the wait is gone: a later put stays ready.
 func TestHalfCloseWhileParkedGetsTimedOut(t *testing.T) {
-	addr := startServer(t, 65535)
+	addr, eng := startServerEng(t, 2, 65535, 0)
 	c := dial(t, addr)
 	send(t, c, "reserve\r\n")
-	time.Sleep(50 * time.Millisecond)
+	awaitWaiting(t, eng, 1)
 	_ = c.(*net.TCPConn).CloseWrite()
 	expect(t, c, "TIMED_OUT\r\n")
+	awaitWaiting(t, eng, 0)
+	p := dial(t, addr)
+	send(t, p, "put 0 0 10 1\r\nx\r\nstats-job 1\r\n")
+	expect(t, p, "INSERTED 1\r\nOK ")
+	var size int
+	if _, err := fmt.Fscanf(p, "%d\r\n", &size); err != nil {
+		t.Fatal(err)
+	}
+	stats := make([]byte, size)
+	if _, err := io.ReadFull(p, stats); err != nil || !strings.Contains(string(stats), "\nstate: ready\n") {
+		t.Fatalf("stats-job after the cancelled wait: %q (%v)", stats, err)
+	}
 }
 
 func TestQuitFlushesEarlierReplies(t *testing.T) {
