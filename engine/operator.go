@@ -239,10 +239,9 @@ func (o *Operator) Move(id uint64, tube string) (newID uint64, err error) {
 			unlock()
 			return ErrNoMemory
 		}
-		wall := time.Now()
-		now := int64(wall.Sub(e.base))
+		now := e.mono() // the engine's clock, as a put's: tests drive it
 		nj := &Job{ID: e.NextID(), Tube: dst, Body: j.Body, Pri: j.Pri, heapIndex: -1,
-			delay: j.delay, ttr: j.ttr, createdAt: wall.UnixNano()}
+			delay: j.delay, ttr: j.ttr, createdAt: e.wall(now)}
 		if j.state == Delayed {
 			nj.deadline = j.deadline
 		}

@@ -254,3 +254,18 @@ func TestLatencyHistogramsCountWaitsAndRuns(t *testing.T) {
 		t.Fatalf("a delete of a ready job counted: %+v %+v", w, r)
 	}
 }
+
+func TestOperatorMoveStampsCreationByTheEngineClock(t *testing.T) {
+	e, mc := newManualEngine(1)
+	c, _ := newTestClient(e, 1)
+	j := put(t, c, 0, 0, "x")
+	mc.Advance(90 * time.Second)
+	id, err := e.NewOperator().Move(j.ID, "retry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.Advance(5 * time.Second)
+	if v, ok := e.Job(id, 0); !ok || v.Age != 5*time.Second {
+		t.Fatalf("the moved job's age is %v, want the 5 s the engine's clock moved since the move", v.Age)
+	}
+}
