@@ -63,7 +63,7 @@ Long options:
  --log-json
             log one JSON object a line instead of the console format
 
-Cluster (replaces -b; see docs/cluster.md):
+Cluster mode, instead of a binlog (see docs/cluster.md):
  --cluster-dir DIR
             keep the raft log, snapshots and node state in DIR
  --node-id ID
