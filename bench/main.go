@@ -436,7 +436,11 @@ func medianMetrics(runs []Metrics) Metrics {
 func summary(v *Variant, mx Metrics) string {
 	var parts []string
 	for _, r := range v.Rows {
-		s := fmt.Sprintf("%s %s", fmtNum(mx[r.Key+r.Metric]), r.Unit)
+		v, ok := mx[r.Key+r.Metric]
+		if !ok {
+			v = math.NaN() // not measured (fsyncs without perf)
+		}
+		s := fmt.Sprintf("%s %s", fmtNum(v), r.Unit)
 		if r.Lat {
 			s += fmt.Sprintf(" p50 %sµs p99 %sµs", fmtNum(mx[r.Key+"p50"]), fmtNum(mx[r.Key+"p99"]))
 		}

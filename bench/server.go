@@ -188,7 +188,8 @@ const clusterNodes = 3
 // StartCluster starts ct as a group of clusterNodes nodes on loopback, each
 // with --cluster-dir in dir and its own client, raft and HTTP ports, and
 // returns the leader once it serves (its /readyz answers 200) with the
-// other nodes in its group.
+// other nodes in its group. A node that does not start makes the cluster
+// n/a (errNoStart); one that dies, or no leader, is a failure.
 func StartCluster(ct Contender, dir string, pinCPU int, nofile uint64) (*Server, error) {
 	var raft, web, boot []string
 	for i := range clusterNodes {
@@ -226,7 +227,7 @@ func StartCluster(ct Contender, dir string, pinCPU int, nofile uint64) (*Server,
 		for i, n := range nodes {
 			if err := n.Died(); err != nil {
 				stopAll()
-				return nil, fmt.Errorf("%w: %v", errNoStart, err)
+				return nil, err
 			}
 			resp, err := hc.Get("http://" + web[i] + "/readyz")
 			if err != nil {
@@ -240,7 +241,7 @@ func StartCluster(ct Contender, dir string, pinCPU int, nofile uint64) (*Server,
 		}
 		if time.Now().After(deadline) {
 			stopAll()
-			return nil, fmt.Errorf("%w: no node of the %s cluster led within 30s", errNoStart, ct.Name)
+			return nil, fmt.Errorf("no node of the %s cluster led within 30s", ct.Name)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
