@@ -457,3 +457,51 @@ func TestPinnedRunReadsPinnedTargetsFromPlainRows(t *testing.T) {
 		t.Errorf("pinned run: an unpinned target was measured:\n%s", out)
 	}
 }
+
+func TestClusterVariantsRunTheClusterAgainstCAndBeanpoleAlone(t *testing.T) {
+	o := Options{Conns: []int{50}, PipeConns: []int{1}, BinConns: 50}
+	vs, err := selectVariants(withPinnedCopies(buildVariants(&o), defaultPinned), "cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cts := [2]Contender{{Name: "beanpole", Path: "/bp"}, {Name: "beanstalkd", Path: "/bs"}}
+	want := map[string][2]Contender{
+		"cluster-c50":                     {{Name: "cluster", Path: "/bp", Cluster: true}, cts[1]},
+		"cluster-pipeline-c1":             {{Name: "cluster", Path: "/bp", Cluster: true}, cts[1]},
+		"cluster-c50-vs-beanpole":         {{Name: "cluster", Path: "/bp", Cluster: true}, cts[0]},
+		"cluster-pipeline-c1-vs-beanpole": {{Name: "cluster", Path: "/bp", Cluster: true}, cts[0]},
+	}
+	if len(vs) != len(want) {
+		t.Fatalf("%d cluster variants, want %d (no pinned copies)", len(vs), len(want))
+	}
+	for _, v := range vs {
+		if got := v.contenders(cts); got != want[v.Name] {
+			t.Errorf("%s: contenders %+v, want %+v", v.Name, got, want[v.Name])
+		}
+		if f := strings.Join(v.Flags("D"), " "); f != "-b D -f 0" || !v.NeedDir {
+			t.Errorf("%s: flags %q", v.Name, f)
+		}
+	}
+	out := renderTargets([]*VarResult{
+		{V: &Variant{Name: "cluster-c50"}, Res: [2]*CtResult{{Median: Metrics{"rate": 7400}}, {Median: Metrics{"rate": 3000}}}},
+		{V: &Variant{Name: "cluster-pipeline-c1-vs-beanpole"}, Res: [2]*CtResult{{Median: Metrics{"put.rate": 30e3}}, {Median: Metrics{"put.rate": 90e3}}}},
+	}, 500, false)
+	for _, re := range []string{`≥ 2× C -b -f 0 +cluster-c50 +2\.47x  MET`, `pipelined puts ≥ 0\.5× beanpole -b -f 0 +cluster-pipeline-c1-vs-beanpole +0\.33x  not met`,
+		`round trips, 50 connections ≥ 0\.5× beanpole -b -f 0 .*not measured`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("targets report lacks %q:\n%s", re, out)
+		}
+	}
+}
+
+func TestPerfCountsAreSummedFromItsCSV(t *testing.T) {
+	out := "Events disabled\nEvents enabled\n4080,,syscalls:sys_enter_fsync,620920013,100.00,,\n12,,syscalls:sys_enter_fdatasync,620841631,100.00,,\n"
+	if n, err := parsePerfCounts(out); n != 4092 || err != nil {
+		t.Errorf("got %d, %v; want 4092", n, err)
+	}
+	for _, bad := range []string{"Events disabled\n", "<not counted>,,syscalls:sys_enter_fsync,0,100.00,,\n0,,syscalls:sys_enter_fdatasync,0,100.00,,\n"} {
+		if _, err := parsePerfCounts(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

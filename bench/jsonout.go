@@ -65,13 +65,17 @@ type jsonContender struct {
 }
 
 type jsonScenario struct {
-	Name    string                    `json:"name"`
-	Group   string                    `json:"group"`
-	Num     int                       `json:"scenario"`
-	Desc    string                    `json:"description"`
-	Flags   []string                  `json:"server_flags"`
-	Rows    []jsonRow                 `json:"rows"`
-	Results map[string]*jsonContender `json:"results"`
+	Name  string   `json:"name"`
+	Group string   `json:"group"`
+	Num   int      `json:"scenario"`
+	Desc  string   `json:"description"`
+	Flags []string `json:"server_flags"`
+	// Contenders name who ran as "beanpole" and as "beanstalkd" in rows
+	// and results: cluster scenarios run a beanpole cluster against C or
+	// against beanpole on its own.
+	Contenders [2]string                 `json:"contenders"`
+	Rows       []jsonRow                 `json:"rows"`
+	Results    map[string]*jsonContender `json:"results"`
 }
 
 type jsonDoc struct {
@@ -117,7 +121,8 @@ func writeJSON(path string, meta *Meta, results []*VarResult) error {
 	}}
 	for _, vr := range results {
 		s := jsonScenario{Name: vr.V.Name, Group: vr.V.Group, Num: vr.V.Num, Desc: vr.V.Desc, Flags: vr.Flags,
-			Results: map[string]*jsonContender{}}
+			Contenders: vr.V.names(),
+			Results:    map[string]*jsonContender{}}
 		for _, rd := range vr.V.Rows {
 			key := rd.Key + rd.Metric
 			_, a := cell(vr.Res[0], key)

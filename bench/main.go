@@ -51,7 +51,7 @@ func realMain() int {
 		beanstalkd = flag.String("beanstalkd", "/usr/bin/beanstalkd", "path of the C beanstalkd binary")
 		outDir     = flag.String("out", "bench/results", "directory for results.json, results.txt and chart.png")
 		reps       = flag.Int("reps", 3, "repetitions per scenario and contender (medians are reported)")
-		only       = flag.String("only", "", "comma list of scenarios to run: groups ("+strings.Join(groups, ",")+"), numbers 1-9 or variant names (see -list)")
+		only       = flag.String("only", "", "comma list of scenarios to run: groups ("+strings.Join(groups, ",")+"), numbers 1-10 or variant names (see -list)")
 		list       = flag.Bool("list", false, "list the scenario variants and exit")
 		pin        = flag.Bool("pin", false, "run every scenario pinned: the client on CPU 0, servers on CPU 1")
 		pinned     = flag.String("pinned", defaultPinned, "also run these scenarios pinned (as -only; empty: none), for the per-core targets")
@@ -211,7 +211,7 @@ func realMain() int {
 		vr := &VarResult{V: v, Flags: v.Flags("DIR"), Res: [2]*CtResult{{}, {}}}
 		results[i] = vr
 		for rep := 0; rep < *reps; rep++ {
-			for ci, ct := range cts {
+			for ci, ct := range v.contenders(cts) {
 				done++
 				cr := vr.Res[ci]
 				if cr.Failed || cr.NA != "" {
@@ -305,11 +305,23 @@ func runOne(v *Variant, ct Contender, o *Options, pinned bool) (Metrics, error) 
 		defer removeTemp(d)
 		dir = d
 	}
-	srv, err := StartServer(ct, v.Flags(dir), serverCPU, o.NoFile)
+	var srv *Server
+	var err error
+	if ct.Cluster {
+		srv, err = StartCluster(ct, dir, serverCPU, o.NoFile)
+	} else {
+		srv, err = StartServer(ct, v.Flags(dir), serverCPU, o.NoFile)
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer srv.Stop()
+	if v.Cluster {
+		if srv.fsyncs, err = startFsyncCounter(srv.pids()); err != nil {
+			warnOnce("bench: the fsync counts are left out: %v\n", err)
+		}
+		defer srv.fsyncs.close()
+	}
 	l, err := NewLoop(srv.Port, int(o.NoFile))
 	if err != nil {
 		return nil, err
@@ -424,11 +436,15 @@ func medianMetrics(runs []Metrics) Metrics {
 func summary(v *Variant, mx Metrics) string {
 	var parts []string
 	for _, r := range v.Rows {
-		s := fmt.Sprintf("%s %s", fmtNum(mx[r.Key+r.Metric]), r.Unit)
+		v, ok := mx[r.Key+r.Metric]
+		if !ok {
+			v = math.NaN() // not measured (fsyncs without perf)
+		}
+		s := fmt.Sprintf("%s %s", fmtNum(v), r.Unit)
 		if r.Lat {
 			s += fmt.Sprintf(" p50 %sµs p99 %sµs", fmtNum(mx[r.Key+"p50"]), fmtNum(mx[r.Key+"p99"]))
 		}
-		if c, ok := mx[r.Key+"cpu"]; ok {
+		if c, ok := mx[r.Key+"cpu"]; ok && !r.NoCPU {
 			s += fmt.Sprintf(" cli %.0f%% srv %.0f%%", c, mx[r.Key+"srvcpu"])
 		}
 		parts = append(parts, s)

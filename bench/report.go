@@ -195,7 +195,7 @@ func renderTable(results []*VarResult, meta *Meta) string {
 		var parts []string
 		for ci, cr := range vr.Res {
 			if n := cr.Median["tcp_retrans"]; n > 0 || cr.Median["net_drops"] > 0 {
-				parts = append(parts, fmt.Sprintf("%s %s drops/%s retransmits", [2]string{"beanpole", "beanstalkd"}[ci],
+				parts = append(parts, fmt.Sprintf("%s %s drops/%s retransmits", vr.V.names()[ci],
 					fmtNum(cr.Median["net_drops"]), fmtNum(n)))
 			}
 		}
@@ -209,7 +209,7 @@ func renderTable(results []*VarResult, meta *Meta) string {
 	}
 	for _, vr := range results {
 		for ci, cr := range vr.Res {
-			name := [2]string{"beanpole", "beanstalkd"}[ci]
+			name := vr.V.names()[ci]
 			if cr.NA != "" {
 				notes = append(notes, fmt.Sprintf("n/a: %s on %s: %s", vr.V.Name, name, oneLine(cr.NA)))
 			}

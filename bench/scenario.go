@@ -66,7 +66,30 @@ type Variant struct {
 	// Pinned: the server runs on CPU 1 and the load generator on CPU 0,
 	// so the server's figures are those of one core.
 	Pinned bool
-	Run    func(rc *RunCtx) (Metrics, error)
+	// Cluster: beanpole runs as a group of clusterNodes nodes (in place
+	// of Flags) and the client talks to the leader; the servers' fsyncs
+	// are counted in the first window of each run (with perf), for both
+	// contenders. VsBeanpole: the second contender is beanpole on its
+	// own (with Flags) instead of beanstalkd.
+	Cluster, VsBeanpole bool
+	Run                 func(rc *RunCtx) (Metrics, error)
+}
+
+// contenders are who runs v, given beanpole and beanstalkd.
+func (v *Variant) contenders(cts [2]Contender) [2]Contender {
+	if v.VsBeanpole {
+		cts[1] = cts[0]
+	}
+	if v.Cluster {
+		cts[0].Name, cts[0].Cluster = "cluster", true
+	}
+	return cts
+}
+
+// names are the contenders' names in reports.
+func (v *Variant) names() [2]string {
+	cts := v.contenders([2]Contender{{Name: "beanpole"}, {Name: "beanstalkd"}})
+	return [2]string{cts[0].Name, cts[1].Name}
 }
 
 // RunCtx is what a scenario run gets.
@@ -76,7 +99,7 @@ type RunCtx struct {
 	L   *Loop
 }
 
-var groups = []string{"roundtrip", "pipeline", "pubsub", "tubes", "idle", "fanout", "large", "binlog", "memory"}
+var groups = []string{"roundtrip", "pipeline", "pubsub", "tubes", "idle", "fanout", "large", "binlog", "memory", "cluster"}
 
 // buildVariants expands the options into the full scenario list.
 func buildVariants(o *Options) []*Variant {
@@ -176,6 +199,39 @@ func buildVariants(o *Options) []*Variant {
 			Run:   func(rc *RunCtx) (Metrics, error) { return runMemory(rc, o.MemJobs) },
 		})
 	}
+	// The cluster against C and against beanpole alone, both with a
+	// binlog fsynced at every write (-b DIR -f 0).
+	f0 := func(dir string) []string { return []string{"-b", dir, "-f", "0"} }
+	for _, vsBP := range []bool{false, true} {
+		name, vs2 := "", "C -b -f 0"
+		if vsBP {
+			name, vs2 = "-vs-beanpole", "beanpole -b -f 0"
+		}
+		c := o.BinConns
+		vs = append(vs, &Variant{
+			Name: fmt.Sprintf("cluster-c%d%s", c, name), Group: "cluster", Num: 10,
+			Desc: fmt.Sprintf("%d beanpole nodes (--cluster-dir, raft on loopback) vs %s: put/reserve/delete round trips on %d connections to the leader", clusterNodes, vs2, c),
+			Rows: []RowDef{
+				{Title: fmt.Sprintf("cluster×%d rt c=%d vs %s", clusterNodes, c, vs2), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command"},
+				{Title: fmt.Sprintf("cluster×%d rt c=%d vs %s", clusterNodes, c, vs2), Metric: "fsyncs", Unit: "fsyncs/job", NoCPU: true},
+			},
+			Flags: f0, NeedDir: true, MayNA: true, Cluster: true, VsBeanpole: vsBP,
+			Run: func(rc *RunCtx) (Metrics, error) { return runRoundTrip(rc, c, o.Size, "") },
+		})
+		for _, c := range o.PipeConns {
+			vs = append(vs, &Variant{
+				Name: fmt.Sprintf("cluster-pipeline-c%d%s", c, name), Group: "cluster", Num: 10,
+				Desc: fmt.Sprintf("%d beanpole nodes vs %s: pipelined puts (window %d) on %d connections to the leader, then pipelined reserve+delete of those jobs", clusterNodes, vs2, o.PipeWindow, c),
+				Rows: []RowDef{
+					{Key: "put.", Title: fmt.Sprintf("cluster×%d put w=%d c=%d vs %s", clusterNodes, o.PipeWindow, c, vs2), Metric: "rate", Unit: "puts/s", Higher: true, Lat: true, LatWhat: "per put"},
+					{Key: "put.", Title: fmt.Sprintf("cluster×%d put w=%d c=%d vs %s", clusterNodes, o.PipeWindow, c, vs2), Metric: "fsyncs", Unit: "fsyncs/put", NoCPU: true},
+					{Key: "drain.", Title: fmt.Sprintf("cluster×%d rsv+del w=%d c=%d vs %s", clusterNodes, o.PipeWindow, c, vs2), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command"},
+				},
+				Flags: f0, NeedDir: true, MayNA: true, Cluster: true, VsBeanpole: vsBP,
+				Run: func(rc *RunCtx) (Metrics, error) { return runPipeline(rc, c) },
+			})
+		}
+	}
 	return vs
 }
 
@@ -214,7 +270,7 @@ func matches(v *Variant, only string) bool {
 }
 
 // selectVariants keeps the variants named by only (comma list of group
-// names, scenario numbers 1-9 or variant names); empty keeps all.
+// names, scenario numbers 1-10 or variant names); empty keeps all.
 func selectVariants(vs []*Variant, only string) ([]*Variant, error) {
 	only = strings.TrimSpace(only)
 	if only == "" {

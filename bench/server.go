@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +22,9 @@ import (
 type Contender struct {
 	Name string // "beanpole" or "beanstalkd"
 	Path string
+	// Cluster: run the binary as a group of clusterNodes beanpole nodes
+	// (StartCluster) instead of one server.
+	Cluster bool
 }
 
 // Server is a running server process started by the benchmark.
@@ -29,6 +34,10 @@ type Server struct {
 	Pid    int
 	Args   []string
 	NoFile uint64 // soft RLIMIT_NOFILE of the running process
+	// group are the other nodes of a cluster whose leader this is: they
+	// are stopped with it, and their CPU counts as its.
+	group  []*Server
+	fsyncs *fsyncCounter // counts the fsyncs of a measured window, or nil
 
 	cmd     *exec.Cmd
 	stderr  *tailBuf
@@ -173,6 +182,80 @@ func StartServer(ct Contender, extra []string, pinCPU int, nofile uint64) (*Serv
 	return s, nil
 }
 
+// clusterNodes is the size of the group StartCluster starts.
+const clusterNodes = 3
+
+// StartCluster starts ct as a group of clusterNodes nodes on loopback, each
+// with --cluster-dir in dir and its own client, raft and HTTP ports, and
+// returns the leader once it serves (its /readyz answers 200) with the
+// other nodes in its group. A node that does not start makes the cluster
+// n/a (errNoStart); one that dies, or no leader, is a failure.
+func StartCluster(ct Contender, dir string, pinCPU int, nofile uint64) (*Server, error) {
+	var raft, web, boot []string
+	for i := range clusterNodes {
+		rp, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		hp, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		raft = append(raft, "127.0.0.1:"+strconv.Itoa(rp))
+		web = append(web, "127.0.0.1:"+strconv.Itoa(hp))
+		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, raft[i]))
+	}
+	var nodes []*Server
+	stopAll := func() {
+		for _, n := range nodes {
+			n.Stop()
+		}
+	}
+	for i := range clusterNodes {
+		id := fmt.Sprintf("n%d", i+1)
+		n, err := StartServer(ct, []string{"--cluster-dir", filepath.Join(dir, id), "--node-id", id,
+			"--raft", raft[i], "--bootstrap", strings.Join(boot, ","), "--http", web[i]}, pinCPU, nofile)
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		nodes = append(nodes, n)
+	}
+	hc := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for i, n := range nodes {
+			if err := n.Died(); err != nil {
+				stopAll()
+				return nil, err
+			}
+			resp, err := hc.Get("http://" + web[i] + "/readyz")
+			if err != nil {
+				continue
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				n.group = append(append([]*Server(nil), nodes[:i]...), nodes[i+1:]...)
+				return n, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			stopAll()
+			return nil, fmt.Errorf("no node of the %s cluster led within 30s", ct.Name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// pids are the server's process ids: its own and its group's.
+func (s *Server) pids() []int {
+	ps := []int{s.Pid}
+	for _, n := range s.group {
+		ps = append(ps, n.Pid)
+	}
+	return ps
+}
+
 // kill sends SIGKILL to the server's process group; procMu must be held.
 func (s *Server) kill() {
 	if s.stopped {
@@ -187,6 +270,9 @@ func (s *Server) kill() {
 // (the server then profiles itself until a graceful stop) it asks with
 // SIGTERM first, so the profile gets written.
 func (s *Server) Stop() {
+	for _, n := range s.group {
+		n.Stop()
+	}
 	if os.Getenv("BEANPOLE_CPUPROFILE") != "" && s.Alive() {
 		_ = s.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -214,8 +300,14 @@ func (s *Server) Alive() bool {
 	}
 }
 
-// Died returns an error if the server exited on its own.
+// Died returns an error if the server (or a node of its group) exited on
+// its own.
 func (s *Server) Died() error {
+	for _, n := range s.group {
+		if err := n.Died(); err != nil {
+			return err
+		}
+	}
 	if s.Alive() {
 		return nil
 	}
@@ -240,9 +332,13 @@ func (s *Server) RSS() (int64, error) {
 	return 0, errors.New("no VmRSS")
 }
 
-// CPU returns the server's consumed user+system CPU seconds.
+// CPU returns the CPU seconds the server (with its group) has used.
 func (s *Server) CPU() float64 {
-	return procCPU(s.Pid)
+	var t float64
+	for _, p := range s.pids() {
+		t += procCPU(p)
+	}
+	return t
 }
 
 // procCPU returns the CPU seconds a process has used: the sum of its

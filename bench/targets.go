@@ -7,7 +7,9 @@ import (
 )
 
 // A target is one of the goals beanpole is held to against C beanstalkd
-// (bench/README.md, "Targets"), checked against one row of a run.
+// (bench/README.md, "Targets"), checked against one row of a run. In the
+// cluster rows the ratio is of the cluster to that row's second contender
+// (C, or beanpole on its own).
 type target struct {
 	what    string
 	variant string // variant name; "idle-max" is the largest idle count
@@ -45,6 +47,9 @@ var targets = []target{
 	{what: "1 MiB bodies, pinned ≥ 1.2× C", variant: "large-1MiB", mode: "pinned", metric: "mbps", minRatio: 1.2},
 	{what: "1 MiB bodies, unpinned ≥ 1.2× C", variant: "large-1MiB", mode: "unpinned", metric: "mbps", minRatio: 1.2},
 	{what: "memory per queued 100-byte job ≤ C", variant: "memory-1000000", metric: "rss_per_job", maxRatio: 1},
+	{what: "3-node cluster: round trips, 50 connections ≥ 2× C -b -f 0", variant: "cluster-c50", metric: "rate", minRatio: 2},
+	{what: "3-node cluster: round trips, 50 connections ≥ 0.5× beanpole -b -f 0", variant: "cluster-c50-vs-beanpole", metric: "rate", minRatio: 0.5},
+	{what: "3-node cluster: pipelined puts ≥ 0.5× beanpole -b -f 0", variant: "cluster-pipeline-c1-vs-beanpole", metric: "put.rate", minRatio: 0.5},
 }
 
 // renderTargets checks every target whose row the run has; the others are

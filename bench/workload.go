@@ -31,12 +31,18 @@ type meter struct {
 	t0, t1   int64
 	c0, c1   float64
 	s0, s1   float64
+	// fs counts the server's fsyncs in this window: the first window of
+	// a run whose variant counts them.
+	fs *fsyncCounter
 }
 
 func newMeter(l *Loop, srv *Server) *meter { return &meter{l: l, srv: srv} }
 
 func (m *meter) start() {
 	m.on, m.t0, m.c0, m.s0 = true, m.l.Time(), selfCPU(), m.srv.CPU()
+	if m.srv.fsyncs.enable() {
+		m.fs = m.srv.fsyncs
+	}
 }
 
 func (m *meter) stop() {
@@ -44,13 +50,15 @@ func (m *meter) stop() {
 		return
 	}
 	m.done, m.t1, m.c1, m.s1 = true, m.l.Time(), selfCPU(), m.srv.CPU()
+	m.fs.finish()
 }
 
 func (m *meter) active() bool { return m.on && !m.done }
 
 // fill stores the standard figures under key: rate (ops/s), ops, wall
 // (s), cpu (client CPU, % of one core), srvcpu (server CPU %), srvus
-// (server CPU µs per op), cliUs (client CPU µs per op), p50/p99/p999 (µs).
+// (server CPU µs per op), cliUs (client CPU µs per op), p50/p99/p999 (µs),
+// and fsyncs (fsync and fdatasync calls per op) when m counted them.
 func (m *meter) fill(mx Metrics, key string, ops float64, h *Hist) error {
 	if !m.done {
 		return fmt.Errorf("measurement window never closed")
@@ -67,6 +75,9 @@ func (m *meter) fill(mx Metrics, key string, ops float64, h *Hist) error {
 	if ops > 0 {
 		mx[key+"srvus"] = (m.s1 - m.s0) / ops * 1e6
 		mx[key+"cliUs"] = (m.c1 - m.c0) / ops * 1e6
+		if n, ok := m.fs.count(); ok {
+			mx[key+"fsyncs"] = float64(n) / ops
+		}
 	}
 	if h != nil && h.Count() > 0 {
 		mx[key+"p50"] = h.Quantile(0.50) / 1e3
