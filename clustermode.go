@@ -18,6 +18,7 @@ import (
 	"github.com/beanpole/beanpole/cluster"
 	"github.com/beanpole/beanpole/config"
 	"github.com/beanpole/beanpole/engine"
+	"github.com/beanpole/beanpole/persist"
 )
 
 // exitDeposed is the exit status of a leader that lost the lead: its
@@ -69,6 +70,12 @@ func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, ad
 		fmt.Fprintf(stderr, "beanpole: %v\n", err)
 		return nil, 1
 	}
+	if cfg.ClusterImport != "" {
+		if code := seed(node, cfg.ClusterImport, log, stderr); code != 0 {
+			node.Close()
+			return nil, code
+		}
+	}
 	if err := node.Announce(self); err != nil {
 		node.Close()
 		fmt.Fprintf(stderr, "beanpole: cluster: announcing the leader: %v\n", err)
@@ -79,6 +86,33 @@ func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, ad
 	eng.SetJournal(jl)
 	log.Info().Str("node", cfg.NodeID).Int("jobs", len(jobs)).Uint64("max-id", maxID).Msg("cluster: leading")
 	return node, 0
+}
+
+// seed replicates the jobs of the binlog in dir into the group, once: a
+// group that already holds jobs or ids is left as it is.
+func seed(node *cluster.Node, dir string, log zerolog.Logger, stderr io.Writer) int {
+	if _, top := node.FSM.State(); top != 0 {
+		log.Info().Str("dir", dir).Msg("cluster: the group holds jobs already; --cluster-import is not applied again")
+		return 0
+	}
+	start := time.Now()
+	blog, rec, err := persist.Open(persist.Options{Dir: dir}, log.With().Str("component", "binlog").Logger())
+	if err != nil {
+		fmt.Fprintf(stderr, "beanpole: --cluster-import %s: %v\n", dir, err)
+		return 1
+	}
+	jobs, maxID := rec.Jobs, rec.MaxID
+	if err := blog.Close(); err != nil {
+		fmt.Fprintf(stderr, "beanpole: --cluster-import %s: %v\n", dir, err)
+		return 1
+	}
+	if err := node.Seed(jobs, maxID); err != nil {
+		fmt.Fprintf(stderr, "beanpole: --cluster-import %s: %v\n", dir, err)
+		return 1
+	}
+	log.Info().Str("dir", dir).Int("jobs", len(jobs)).Uint64("max-id", maxID).Dur("took", time.Since(start)).
+		Msg("cluster: seeded the group from the binlog")
+	return 0
 }
 
 // join asks a member (--join, its --http address) to add this node.

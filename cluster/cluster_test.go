@@ -296,3 +296,30 @@ func TestMalformedEntryIsRefusedOnEveryNodeAlike(t *testing.T) {
 		t.Fatalf("%d jobs: the records before the damage must stay applied", len(jobs))
 	}
 }
+
+func TestSeedReplicatesABinlogsJobsAndItsHighestID(t *testing.T) {
+	g := newGroup(t, 3)
+	leader, jl := g.leader()
+	var jobs []*record.Job
+	for id := uint64(1); id <= 2000; id += 2 {
+		j := job(id)
+		j.Body = bytes.Repeat([]byte{byte(id)}, 3000) // several entries
+		jobs = append(jobs, j)
+	}
+	if err := leader.Seed(jobs, 5000); err != nil {
+		t.Fatal(err)
+	}
+	got, maxID := g.converged(leader)
+	if len(got) != len(jobs) || maxID != 5000 {
+		t.Fatalf("%d jobs and max id %d after the seed, want %d and 5000", len(got), maxID, len(jobs))
+	}
+	for i, j := range got {
+		if !reflect.DeepEqual(j, jobs[i]) {
+			t.Fatalf("job %d is %+v after the seed", jobs[i].ID, j)
+		}
+	}
+	if err := leader.Seed(jobs, 5000); err == nil {
+		t.Fatal("a second seed of a group that holds jobs was not refused")
+	}
+	_ = jl
+}

@@ -81,6 +81,10 @@ type Config struct {
 	// Join is --join: a member's --http address that adds this node to a
 	// running group on its first start.
 	Join string
+	// ClusterImport is --cluster-import: a binlog directory (beanpole's, or
+	// upstream beanstalkd's, imported first) whose jobs seed an empty group
+	// when this node first leads it.
+	ClusterImport string
 
 	// Whether -l / -p appeared at all. Upstream warns that they are
 	// ignored when systemd hands over a socket, even when the value given
@@ -253,8 +257,8 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 		case cfg.NodeID == "" || cfg.RaftAddr == "":
 			return fail("--cluster-dir needs --node-id and --raft")
 		}
-	} else if cfg.NodeID != "" || cfg.RaftAddr != "" || cfg.Bootstrap != "" || cfg.Join != "" {
-		return fail("--node-id, --raft, --bootstrap and --join go with --cluster-dir")
+	} else if cfg.NodeID != "" || cfg.RaftAddr != "" || cfg.Bootstrap != "" || cfg.Join != "" || cfg.ClusterImport != "" {
+		return fail("--node-id, --raft, --bootstrap, --join and --cluster-import go with --cluster-dir")
 	}
 	return cfg, 0, false
 }
@@ -316,6 +320,7 @@ var longOpts = []longOpt{
 		return nil
 	}},
 	{name: "--bootstrap", set: nonEmpty(func(cfg *Config, v string) { cfg.Bootstrap = v })},
+	{name: "--cluster-import", set: nonEmpty(func(cfg *Config, v string) { cfg.ClusterImport = v })},
 	{name: "--join", set: func(cfg *Config, v string) error {
 		if _, _, err := net.SplitHostPort(v); err != nil {
 			return err

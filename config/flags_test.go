@@ -78,6 +78,9 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
  --join HOST:PORT
             on its first start, ask the member whose --http is HOST:PORT
             to add this node (with the --http-token-file token)
+ --cluster-import DIR
+            seed an empty group with the jobs of the binlog in DIR
+            (beanpole's, or beanstalkd's, which is imported first)
 
 beanpole import carries the jobs of beanstalkd's binlog over into beanpole's log
 and exits (beanstalkd's binlog in DIR, or read from SRC into DIR without

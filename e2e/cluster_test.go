@@ -37,6 +37,17 @@ type testCluster struct {
 
 func startTestCluster(t *testing.T, n int) *testCluster {
 	t.Helper()
+	tc := newTestCluster(t, n)
+	for _, nd := range tc.nodes {
+		tc.start(nd)
+	}
+	return tc
+}
+
+// newTestCluster lays out n nodes (ids, addresses, directories, the
+// bootstrap list of all n) without starting them.
+func newTestCluster(t *testing.T, n int) *testCluster {
+	t.Helper()
 	skipLegacy(t, "cluster mode is beanpole's own")
 	tc := &testCluster{t: t, token: filepath.Join(t.TempDir(), "token")}
 	if err := os.WriteFile(tc.token, []byte("s3cret\n"), 0o600); err != nil {
@@ -49,9 +60,6 @@ func startTestCluster(t *testing.T, n int) *testCluster {
 		members = append(members, nd.id+"="+nd.raft)
 	}
 	tc.bootstrap = strings.Join(members, ",")
-	for _, nd := range tc.nodes {
-		tc.start(nd)
-	}
 	return tc
 }
 
@@ -445,5 +453,32 @@ func TestClusterWipedNodeCatchesUp(t *testing.T) {
 		}
 		mustSend(t, cn, fmt.Sprintf("peek %d\r\n", i+1))
 		expect(t, cn, fmt.Sprintf("FOUND %d %d\r\n%s\r\n", i+1, len(body), body))
+	}
+}
+
+func TestClusterSeededFromABeanstalkdBinlog(t *testing.T) {
+	dir := t.TempDir()
+	b := makeCBinlog(t, dir, syscall.SIGTERM)
+	// One node seeds the group from C's binlog; then two more join it.
+	tc := newTestCluster(t, 1)
+	tc.start(tc.nodes[0], "--cluster-import", dir)
+	lead := tc.leader()
+	b.check(t, lead.srv.dial(t))
+	for _, id := range []string{"n2", "n3"} {
+		nd := tc.newNode(id)
+		tc.nodes = append(tc.nodes, nd)
+		tc.start(nd, "--join", lead.http)
+	}
+	waitFor(t, 30*time.Second, "three members", func() bool { return len(tc.status(lead).Members) == 3 })
+	// Handed the lead, a node that joined serves the same jobs; ids go on
+	// above every id C handed out.
+	if out, err := exec.Command(target.bin, "cluster", "transfer-leader", "--http", lead.http, "--token-file", tc.token,
+		"--id", "n2").CombinedOutput(); err != nil {
+		t.Fatalf("transfer-leader: %v\n%s", err, out)
+	}
+	next := tc.leader(lead)
+	b.check(t, next.srv.dial(t))
+	if id, _ := putUntilInserted(t, next.srv.addr, "after the seed", 30*time.Second); id <= b.maxID {
+		t.Fatalf("id %d after the seed, not above C's %d", id, b.maxID)
 	}
 }
