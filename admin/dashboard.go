@@ -176,6 +176,7 @@ type overviewData struct {
 	Time       int64          `json:"time_ms"`
 	Server     map[string]any `json:"server"`
 	Binlog     map[string]any `json:"binlog,omitempty"`
+	Cluster    any            `json:"cluster,omitempty"` // the node's view of its group, in cluster mode
 	Tubes      []tubeRow      `json:"tubes"`
 	TubesTotal int            `json:"tubes_total"`
 	ReadOnly   bool           `json:"read_only"`
@@ -197,6 +198,9 @@ func (d *dashboard) snapshot(src *sources, tubes int) overviewData {
 		o.Binlog = map[string]any{"failed": bs.Failed != nil, "disk_full": bs.DiskFull,
 			"oldest_index": bs.OldestIndex, "current_index": bs.CurrentIndex, "segments": bs.Segments,
 			"disk_bytes": bs.DiskBytes, "fsyncs": bs.Fsyncs, "bytes_written": bs.BytesWritten}
+	}
+	if c := d.s.cluster.Load(); c != nil {
+		o.Cluster = (*c).Status()
 	}
 	names := src.stats.TubeNames(nil)
 	o.TubesTotal = len(names)

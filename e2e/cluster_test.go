@@ -391,6 +391,18 @@ func TestClusterStatusJoinAndTransferThroughTheHTTPSide(t *testing.T) {
 		}
 	}
 
+	// The dashboard shows the members and who leads.
+	resp, err = http.Get("http://" + lead.http + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := lead.id + " is the leader, term "; !strings.Contains(string(page), want) ||
+		!strings.Contains(string(page), lead.id+" (leader)") {
+		t.Fatalf("the dashboard does not say %q and who leads:\n%s", want, page)
+	}
+
 	// A fourth node joins through the leader's HTTP side.
 	c := lead.srv.dial(t)
 	put(t, c, 0, 0, 60, "before the join", 1)
