@@ -156,16 +156,14 @@ func leaveCluster(node *cluster.Node, log zerolog.Logger) {
 	if node == nil {
 		return
 	}
-	if f := node.Raft.LeadershipTransfer(); f != nil {
-		done := make(chan error, 1)
-		go func() { done <- f.Error() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				log.Debug().Err(err).Msg("cluster: no leadership transfer")
-			}
-		case <-time.After(5 * time.Second):
+	done := make(chan error, 1)
+	go func() { done <- node.TransferLeader("") }()
+	select {
+	case err := <-done:
+		if err != nil {
+			log.Debug().Err(err).Msg("cluster: no leadership transfer")
 		}
+	case <-time.After(5 * time.Second):
 	}
 	if err := node.Close(); err != nil {
 		log.Error().Err(err).Msg("cluster: closing")

@@ -74,6 +74,8 @@ type Node struct {
 	Fresh bool
 	// confirmed is when the last round that confirmed the lead started.
 	confirmed atomic.Pointer[time.Time]
+	// handingOver: a transfer of the lead has started (TransferLeader).
+	handingOver atomic.Bool
 }
 
 // Open starts a node: its stores under cfg.Dir, its transport, and raft.
@@ -200,6 +202,9 @@ func (n *Node) confirmLead() {
 // lead; a process stopped (SIGSTOP) or starved past it answers false when
 // it resumes, before raft itself has noticed.
 func (n *Node) Leads() bool {
+	if n.handingOver.Load() {
+		return false
+	}
 	t := n.confirmed.Load()
 	return t != nil && time.Since(*t) < n.cfg.HeartbeatTimeout*3/4
 }

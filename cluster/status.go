@@ -89,22 +89,38 @@ func (n *Node) Remove(id string) error {
 }
 
 // TransferLeader hands the lead to the voter id, or to the most
-// up-to-date one when id is "". Leader only.
+// up-to-date one when id is "". Leader only. From the moment it starts the
+// node answers no client (Leads is false): the new leader takes over
+// without waiting for this one's lease to run out, so this one must stop
+// first. Should the transfer fail, the node answers again.
 func (n *Node) TransferLeader(id string) error {
 	if n.Raft.State() != raft.Leader {
 		return n.errFollower()
 	}
-	if id == "" {
-		return n.Raft.LeadershipTransfer().Error()
-	}
-	f := n.Raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return err
-	}
-	for _, srv := range f.Configuration().Servers {
-		if string(srv.ID) == id {
-			return n.Raft.LeadershipTransferToServer(srv.ID, srv.Address).Error()
+	var target *raft.Server
+	if id != "" {
+		f := n.Raft.GetConfiguration()
+		if err := f.Error(); err != nil {
+			return err
+		}
+		for _, srv := range f.Configuration().Servers {
+			if string(srv.ID) == id {
+				target = &srv
+			}
+		}
+		if target == nil {
+			return fmt.Errorf("no member has id %q", id)
 		}
 	}
-	return fmt.Errorf("no member has id %q", id)
+	n.handingOver.Store(true)
+	var err error
+	if target == nil {
+		err = n.Raft.LeadershipTransfer().Error()
+	} else {
+		err = n.Raft.LeadershipTransferToServer(target.ID, target.Address).Error()
+	}
+	if err != nil {
+		n.handingOver.Store(false)
+	}
+	return err
 }

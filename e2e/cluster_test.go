@@ -414,11 +414,17 @@ func TestClusterStatusJoinAndTransferThroughTheHTTPSide(t *testing.T) {
 		return strings.Contains(try(n4.srv.addr, "peek 1\r\n", 5*time.Second), "FOUND 1 15\r\nbefore the join\r\n")
 	})
 
-	// transfer-leader hands the lead to another node; the old leader, no
-	// longer leading, exits for its supervisor to restart it.
+	// transfer-leader hands the lead to another node; from then on the old
+	// leader answers none of its clients (the new one does not wait for its
+	// lease), and, no longer leading, it exits for its supervisor to
+	// restart it.
+	old := lead.srv.dial(t)
+	put(t, old, 0, 0, 60, "on the old leader", 2)
 	if out, err := exec.Command(target.bin, "cluster", "transfer-leader", "--http", lead.http, "--token-file", tc.token).CombinedOutput(); err != nil {
 		t.Fatalf("transfer-leader: %v\n%s", err, out)
 	}
+	mustSend(t, old, "reserve-with-timeout 0\r\n")
+	expectClosed(t, old)
 	next := tc.leader(lead)
 	if id, _ := putUntilInserted(t, next.srv.addr, "after the transfer", 30*time.Second); id <= 1 {
 		t.Fatalf("id %d after the transfer", id)
