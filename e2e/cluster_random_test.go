@@ -2,8 +2,9 @@ package e2e
 
 // The cluster's searching test: producers and workers on every node's
 // address, while the leader is killed (-9), stopped and resumed (SIGSTOP,
-// SIGCONT) and followers are killed, each dead node restarted as a
-// supervisor would. Every reply is checked against what the clients have
+// SIGCONT), cut off from the others, or cut off from one follower in one
+// direction, and followers are killed or cut off, each dead node restarted
+// as a supervisor would. Every reply is checked against what the clients have
 // seen so far, and at the end, with every node back, the queue is drained
 // and compared with what was acknowledged:
 //
@@ -113,7 +114,7 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 		}
 		dur = d
 	}
-	tc := startTestCluster(t, 3)
+	tc, pt := startPartitionableCluster(t, 3)
 	tc.leader()
 	var nodesMu sync.Mutex // guards each node's srv while the supervisor restarts it
 	h := &clusterHistory{bodyOf: map[uint64]string{}, idOf: map[string]uint64{}, sent: map[string]bool{},
@@ -242,7 +243,14 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 	for time.Now().Before(end) {
 		time.Sleep(time.Duration(800+rand.IntN(1200)) * time.Millisecond)
 		lead := tc.leader()
-		switch f := rand.IntN(3); f {
+		var follower *clusterNode
+		for _, nd := range tc.nodes {
+			if nd != lead {
+				follower = nd
+				break
+			}
+		}
+		switch rand.IntN(6) {
 		case 0:
 			lead.srv.stop()
 			faults["kill -9 the leader"]++
@@ -252,13 +260,23 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 			lead.srv.signal(t, syscall.SIGCONT)
 			faults["SIGSTOP, SIGCONT the leader"]++
 		case 2:
-			for _, nd := range tc.nodes {
-				if nd != lead {
-					nd.srv.stop()
-					break
-				}
-			}
+			follower.srv.stop()
 			faults["kill -9 a follower"]++
+		case 3:
+			pt.isolate(tc.index(lead))
+			time.Sleep(time.Duration(1000+rand.IntN(1500)) * time.Millisecond)
+			pt.heal()
+			faults["isolate the leader"]++
+		case 4:
+			pt.isolate(tc.index(follower))
+			time.Sleep(time.Duration(1000+rand.IntN(1500)) * time.Millisecond)
+			pt.heal()
+			faults["isolate a follower"]++
+		case 5:
+			pt.cut(tc.index(lead), tc.index(follower))
+			time.Sleep(time.Duration(1000+rand.IntN(1500)) * time.Millisecond)
+			pt.heal()
+			faults["cut the link leader→follower"]++
 		}
 		time.Sleep(time.Duration(300+rand.IntN(700)) * time.Millisecond)
 		waitFor(t, 30*time.Second, "a deposed leader to exit", func() bool {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +28,9 @@ import (
 type clusterNode struct {
 	id, raft, http, dir string
 	srv                 *server
+	// bootstrap, when set, is this node's own --bootstrap list (a
+	// partitionable cluster names each peer by a proxy of its own).
+	bootstrap string
 }
 
 type testCluster struct {
@@ -83,7 +87,7 @@ func (tc *testCluster) newNode(id string) *clusterNode {
 func (tc *testCluster) start(nd *clusterNode, extra ...string) {
 	tc.t.Helper()
 	nd.srv = startTestServer(tc.t, "tcp", "", append([]string{"-V", "--cluster-dir", nd.dir, "--node-id", nd.id,
-		"--raft", nd.raft, "--bootstrap", tc.bootstrap, "--http", nd.http, "--http-token-file", tc.token}, extra...))
+		"--raft", nd.raft, "--bootstrap", cmp.Or(nd.bootstrap, tc.bootstrap), "--http", nd.http, "--http-token-file", tc.token}, extra...))
 }
 
 // status is a node's GET /cluster, once it answers (a node starting up

@@ -1,0 +1,192 @@
+package e2e
+
+// Partitions between cluster nodes. Every directed raft link i→j passes
+// through a proxy of its own: node i's --bootstrap names peer j by the
+// proxy's address (raft dials the addresses of its own configuration, and
+// the configuration bootstrapped on each node is never changed in these
+// tests), while j binds its real --raft address. Blocking a proxy closes
+// its connections and refuses new ones, so the link is cut in that
+// direction: the RPCs i sends j fail (the replies to RPCs j sends i travel
+// on j's own connections, through the proxy j→i).
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+)
+
+type linkProxy struct {
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	blocked bool
+	conns   map[net.Conn]bool
+}
+
+func newLinkProxy(t *testing.T, target string) *linkProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &linkProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { ln.Close(); p.setBlocked(true) })
+	go p.serve()
+	return p
+}
+
+func (p *linkProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *linkProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.join(c)
+	}
+}
+
+func (p *linkProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.blocked {
+		return false
+	}
+	p.conns[c] = true
+	return true
+}
+
+func (p *linkProxy) join(c net.Conn) {
+	if !p.track(c) {
+		c.Close()
+		return
+	}
+	up, err := net.Dial("tcp", p.target)
+	if err != nil || !p.track(up) {
+		c.Close()
+		if up != nil {
+			up.Close()
+		}
+		return
+	}
+	done := make(chan struct{}, 2)
+	go func() { io.Copy(up, c); done <- struct{}{} }()
+	go func() { io.Copy(c, up); done <- struct{}{} }()
+	<-done
+	c.Close()
+	up.Close()
+	<-done
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, up)
+	p.mu.Unlock()
+}
+
+// setBlocked cuts the link (closing what passes through it) or heals it.
+func (p *linkProxy) setBlocked(b bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blocked = b
+	if b {
+		for c := range p.conns {
+			c.Close()
+		}
+		clear(p.conns)
+	}
+}
+
+// partitions is the proxies of a cluster: links[i][j] carries i→j.
+type partitions struct {
+	links [][]*linkProxy
+}
+
+// startPartitionableCluster is startTestCluster with a proxy on every
+// directed raft link.
+func startPartitionableCluster(t *testing.T, n int) (*testCluster, *partitions) {
+	t.Helper()
+	tc := newTestCluster(t, n)
+	pt := &partitions{links: make([][]*linkProxy, n)}
+	for i := range n {
+		pt.links[i] = make([]*linkProxy, n)
+		var members []string
+		for j, nd := range tc.nodes {
+			if i == j {
+				members = append(members, nd.id+"="+nd.raft)
+				continue
+			}
+			pt.links[i][j] = newLinkProxy(t, nd.raft)
+			members = append(members, nd.id+"="+pt.links[i][j].addr())
+		}
+		tc.nodes[i].bootstrap = strings.Join(members, ",")
+	}
+	for _, nd := range tc.nodes {
+		tc.start(nd)
+	}
+	return tc, pt
+}
+
+// isolate cuts node i off from every other node, both ways.
+func (pt *partitions) isolate(i int) {
+	for j := range pt.links {
+		if i != j {
+			pt.links[i][j].setBlocked(true)
+			pt.links[j][i].setBlocked(true)
+		}
+	}
+}
+
+// cut blocks the one direction i→j.
+func (pt *partitions) cut(i, j int) { pt.links[i][j].setBlocked(true) }
+
+// heal restores every link.
+func (pt *partitions) heal() {
+	for i := range pt.links {
+		for j := range pt.links[i] {
+			if i != j {
+				pt.links[i][j].setBlocked(false)
+			}
+		}
+	}
+}
+
+func (tc *testCluster) index(nd *clusterNode) int {
+	for i, x := range tc.nodes {
+		if x == nd {
+			return i
+		}
+	}
+	panic(fmt.Sprintf("%s is not a node of the cluster", nd.id))
+}
+
+func TestClusterIsolatedLeaderStopsAnsweringAndAMajorityGoesOn(t *testing.T) {
+	tc, pt := startPartitionableCluster(t, 3)
+	lead := tc.leader()
+	c := lead.srv.dial(t)
+	put(t, c, 0, 0, 60, "x", 1)
+
+	// Cut off from both followers, the leader cannot confirm its lead, and
+	// the majority elects another. From then on the old one must not hand
+	// out the job the new one may hand out: it closes its clients
+	// unanswered.
+	pt.isolate(tc.index(lead))
+	next := tc.leader(lead)
+	mustSend(t, c, "reserve-with-timeout 0\r\n")
+	expectClosed(t, c)
+	cn := next.srv.dial(t)
+	mustSend(t, cn, "reserve-with-timeout 0\r\n")
+	expect(t, cn, "RESERVED 1 1\r\nx\r\n")
+
+	// Healed, the old leader learns of the new term and exits (status 75)
+	// for its supervisor to restart it as a follower.
+	pt.heal()
+	<-lead.srv.exited
+	tc.start(lead)
+	waitFor(t, 60*1e9, "the old leader to follow again", func() bool {
+		st := tc.status(lead)
+		return st.State == "follower" && st.Leader == next.id
+	})
+}
