@@ -85,7 +85,7 @@ func TestPipelinedRunDoesNotStallOtherClients(t *testing.T) {
 			// Loose bounds for a loaded machine; the run itself lasts from
 			// tens of milliseconds (put) to seconds (watch, each one scanning
 			// the growing watch list).
-			if p50 > 10*time.Millisecond || p90 > 50*time.Millisecond {
+			if !raceSkipsBound(t, "round-trip latency") && (p50 > 10*time.Millisecond || p90 > 50*time.Millisecond) {
 				t.Fatalf("round trips of another client on the loop: p50 %v, p90 %v while one client's %d %s commands ran; want < 10ms, < 50ms",
 					p50, p90, n, tc.name)
 			}
