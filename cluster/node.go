@@ -17,6 +17,10 @@ import (
 	wal "github.com/hashicorp/raft-wal"
 )
 
+// logCacheEntries is how many of the newest raft entries stay in memory
+// for replication: at most maxInFlight batches of records each.
+const logCacheEntries = 512
+
 // Member is one node of the group as --bootstrap names it.
 type Member struct {
 	ID   string
@@ -148,7 +152,14 @@ func Open(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, fsm, w, w, snaps, trans)
+	// Replication reads the entries it sends back from the log store; the
+	// cache keeps the newest in memory, decoded, as Consul and Nomad do.
+	logs, err := raft.NewLogCache(logCacheEntries, w)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	r, err := raft.NewRaft(rc, fsm, logs, w, snaps, trans)
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("cluster: %w", err)
