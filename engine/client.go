@@ -214,15 +214,8 @@ func (c *Client) linkReservedLocked(j *Job) {
 func (c *Client) unlinkReserved(j *Job) {
 	c.mu.Lock()
 	if j.inList {
-		if j.prev != nil {
-			j.prev.next = j.next
-		} else {
-			c.reserved = j.next
-		}
-		if j.next != nil {
-			j.next.prev = j.prev
-		}
-		j.prev, j.next, j.inList = nil, nil, false
+		j.unlinkFrom(&c.reserved, nil)
+		j.inList = false
 		c.nReserved--
 	}
 	c.mu.Unlock()
