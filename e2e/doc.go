@@ -26,8 +26,9 @@
 //
 // Every test runs its own server and most of them wait on timers, so TestMain
 // raises -parallel to 8 unless it is given. -short skips the one test that
-// streams 1 GiB (upstream's job_size_max_plus_1). TestDifferential compares
-// the server with /usr/bin/beanstalkd and skips when that is missing.
+// streams 1 GiB (upstream's cttest_job_size_max_plus_1). TestDifferential
+// compares the server with /usr/bin/beanstalkd and skips when that is
+// missing.
 //
 // Files: harness_test.go (server processes, exact-byte helpers, target
 // detection); catalogue_*_test.go (upstream testserv.c's cttest_* cases, each
