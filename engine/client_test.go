@@ -20,11 +20,11 @@ func tubeWaiting(t *testing.T, e *Engine, name string) uint64 {
 
 // TestCloseUnlinksAClientAPutClaimedFromEveryTube steps through Close
 // against a put on another loop: Close has set c.closed (under c.mu) but
-// not yet tried its CAS when the put's serveWaiters claims c's wait, sees
-// it closed and skips it without unlinking it. Close's own CAS then fails
-// (the wait is no longer waiting), and Close must still unlink c's nodes
-// from its other watched tubes: afterwards no tube counts a waiter and the
-// closed Client is reachable from no queue.
+// not yet tried its CAS when the put's serveWaiters claims c's wait and,
+// finding it closed, gives it no job. Close's own CAS then fails (the wait
+// is no longer waiting), and still no node of c may stay queued on its
+// other watched tubes: afterwards no tube counts a waiter and the closed
+// Client is reachable from no queue.
 func TestCloseUnlinksAClientAPutClaimedFromEveryTube(t *testing.T) {
 	e := New(2)
 	c, _ := newTestClient(e, 1)
