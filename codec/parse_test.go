@@ -81,20 +81,20 @@ var numberCases = []parseCase{
 	ok("put 1 2 3 4", Command{Op: OpPut, Pri: 1, Delay: 2, TTR: 3, Bytes: 4}),
 	ok("put  1  0  0  1", Command{Op: OpPut, Pri: 1, Bytes: 1}),
 	ok("put 00001 0 0 0", Command{Op: OpPut, Pri: 1}),
-	ok("put 4294967295 0 100 1", Command{Op: OpPut, Pri: math.MaxUint32, TTR: 100, Bytes: 1}), // row 30
+	ok("put 4294967295 0 100 1", Command{Op: OpPut, Pri: math.MaxUint32, TTR: 100, Bytes: 1}), // cttest_max_priority
 	ok("put 4294967295 4294967295 4294967295 4294967295",
 		Command{Op: OpPut, Pri: math.MaxUint32, Delay: math.MaxUint32, TTR: math.MaxUint32, Bytes: math.MaxUint32}),
 	ok("put 0 0 0 1073741825", Command{Op: OpPut, Bytes: 1073741825}), // the size limit is the caller's
 	ok("put 999999 0 0 0", Command{Op: OpPut, Pri: 999999}),
-	bad("put 4294967296 0 100 1", OpPut), // row 31
+	bad("put 4294967296 0 100 1", OpPut), // cttest_too_big_priority
 	bad("put 0 4294967296 0 0", OpPut),
 	bad("put 0 0 4294967296 0", OpPut),
-	bad("put 0 0 0 4294967296", OpPut), // row 21
+	bad("put 0 0 0 4294967296", OpPut), // cttest_job_size_invalid
 	bad("put 0 0 0 18446744073709551616", OpPut),
-	bad("put -1 0 100 1", OpPut),             // row 29
-	bad("put -1kkdj9djjkd9 0 100 1", OpPut),  // row 28
-	bad("put 512 -1 100 0", OpPut),           // row 27
-	bad("put 0 0 0 --!@#$%^&&**()0b", OpPut), // row 21
+	bad("put -1 0 100 1", OpPut),             // cttest_negative_priority
+	bad("put -1kkdj9djjkd9 0 100 1", OpPut),  // cttest_garbage_priority
+	bad("put 512 -1 100 0", OpPut),           // cttest_negative_delay
+	bad("put 0 0 0 --!@#$%^&&**()0b", OpPut), // cttest_job_size_invalid
 	bad("put 0 0 0", OpPut),
 	bad("put 0 0 0 ", OpPut),
 	bad("put +1 0 0 0", OpPut),
@@ -104,14 +104,17 @@ var numberCases = []parseCase{
 	bad("put 1,0 0 0", OpPut),
 	// Trailing garbage after <bytes>: the four numbers are filled, and the
 	// caller checks the size limit before answering BAD_FORMAT.
-	{"put 0 0 0 10b", PutTrailingGarbage, Command{Op: OpPut, Bytes: 10}}, // row 21
+	{"put 0 0 0 10b", PutTrailingGarbage, Command{Op: OpPut, Bytes: 10}}, // cttest_job_size_invalid
 	{"put 0 0 0 20 garbage", PutTrailingGarbage, Command{Op: OpPut, Bytes: 20}},
 	{"put 0 0 0 1 ", PutTrailingGarbage, Command{Op: OpPut, Bytes: 1}},
 	{"put 0 0 0 1 x", PutTrailingGarbage, Command{Op: OpPut, Bytes: 1}},
 	{"put 0 0 0 1 2", PutTrailingGarbage, Command{Op: OpPut, Bytes: 1}},
 	{"put 5 6 7 8\r", PutTrailingGarbage, Command{Op: OpPut, Pri: 5, Delay: 6, TTR: 7, Bytes: 8}},
 
-	// peek and the other strict single-id commands (rows 5, 8, 11-14, 25, 35).
+	// peek and the other strict single-id commands (upstream's
+	// cttest_peek_not_found, cttest_peek_bad_format, cttest_touch_bad_format,
+	// cttest_touch_not_found, cttest_bury_bad_format, cttest_kickjob_bad_format,
+	// cttest_delete_bad_format, cttest_statsjob_ck_format).
 	ok("peek 1", Command{Op: OpPeek, ID: 1}),
 	ok("peek 0", Command{Op: OpPeek, ID: 0}),
 	ok("peek 0001", Command{Op: OpPeek, ID: 1}),
@@ -145,7 +148,8 @@ var numberCases = []parseCase{
 	ok("reserve-job 2", Command{Op: OpReserveJob, ID: 2}),
 	bad("reserve-job 2x", OpReserveJob), bad("reserve-job -2", OpReserveJob),
 
-	// release <id> <pri> <delay> (rows 44, 47, 48).
+	// release <id> <pri> <delay> (upstream's cttest_reserve_job_ready,
+	// cttest_release_bad_format, cttest_release_not_found).
 	ok("release 1 1 1", Command{Op: OpRelease, ID: 1, Pri: 1, Delay: 1}),
 	ok("release  2  3  4", Command{Op: OpRelease, ID: 2, Pri: 3, Delay: 4}),
 	ok("release 18446744073709551615 4294967295 4294967295",
@@ -161,7 +165,7 @@ var numberCases = []parseCase{
 	bad("release 1 2 3 ", OpRelease),
 	bad("release 1 2", OpRelease),
 
-	// bury <id> <pri> (row 13).
+	// bury <id> <pri> (cttest_bury_bad_format).
 	ok("bury 1 0", Command{Op: OpBury, ID: 1}),
 	ok("bury 1  4294967295", Command{Op: OpBury, ID: 1, Pri: math.MaxUint32}),
 	bad("bury 111abc 2", OpBury), bad("bury 111", OpBury), bad("bury 111 222abc", OpBury),
@@ -216,13 +220,13 @@ var numberCases = []parseCase{
 
 // Tube names.
 var tubeCases = []parseCase{
-	ok("use x_y", tube(OpUse, "x_y")), // row 18
+	ok("use x_y", tube(OpUse, "x_y")), // cttest_underscore
 	ok("use a", tube(OpUse, "a")),
 	ok("use a-", tube(OpUse, "a-")),
 	ok("use ABCXYZabcxyz0189-+/;.$_()", tube(OpUse, "ABCXYZabcxyz0189-+/;.$_()")),
 	ok("use "+name200, tube(OpUse, name200)),
-	ok("use "+digits, tube(OpUse, digits)), // row 53
-	bad("use "+digits+"Z", OpUse),          // row 53: 201 bytes
+	ok("use "+digits, tube(OpUse, digits)), // cttest_use_tube_long
+	bad("use "+digits+"Z", OpUse),          // cttest_use_tube_long: 201 bytes
 	bad("use "+name201, OpUse),
 	bad("use  a", OpUse),
 	bad("use a ", OpUse),
@@ -247,7 +251,7 @@ var tubeCases = []parseCase{
 	ok("pause-tube foo 0", Command{Op: OpPauseTube, Tube: []byte("foo")}),
 	ok("pause-tube default 86400", Command{Op: OpPauseTube, Tube: []byte("default"), Delay: 86400}),
 	ok("pause-tube a-b 1", Command{Op: OpPauseTube, Tube: []byte("a-b"), Delay: 1}),
-	ok("pause-tube "+name200+" 4294967295", Command{Op: OpPauseTube, Tube: []byte(name200), Delay: math.MaxUint32}), // row 54
+	ok("pause-tube "+name200+" 4294967295", Command{Op: OpPauseTube, Tube: []byte(name200), Delay: math.MaxUint32}), // cttest_longest_command
 	bad("pause-tube foo\t1", OpPauseTube),
 	bad("pause-tube foo 1 ", OpPauseTube),
 	bad("pause-tube foo 1x", OpPauseTube),

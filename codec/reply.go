@@ -53,12 +53,6 @@ func AppendInserted(dst []byte, id uint64) []byte {
 	return appendWordUint(dst, "INSERTED ", id)
 }
 
-// AppendBuriedID appends "BURIED <id>\r\n": a put whose job could not be
-// queued and was buried instead. Release and bury answer RepBuried.
-func AppendBuriedID(dst []byte, id uint64) []byte {
-	return appendWordUint(dst, "BURIED ", id)
-}
-
 // AppendReservedHeader appends "RESERVED <id> <n>\r\n". n is the body length
 // without its trailing CRLF; the caller sends the body and the CRLF.
 func AppendReservedHeader(dst []byte, id, n uint64) []byte {

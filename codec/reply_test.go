@@ -25,7 +25,6 @@ func TestReplyEncoders(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
 		{string(AppendInserted(nil, 1)), "INSERTED 1\r\n"},
 		{string(AppendInserted(nil, math.MaxUint64)), "INSERTED 18446744073709551615\r\n"},
-		{string(AppendBuriedID(nil, 7)), "BURIED 7\r\n"},
 		{string(AppendReservedHeader(nil, 1, 0)), "RESERVED 1 0\r\n"},
 		{string(AppendReservedHeader(nil, 12, 65535)), "RESERVED 12 65535\r\n"},
 		{string(AppendFoundHeader(nil, 3, 1)), "FOUND 3 1\r\n"},
@@ -48,7 +47,6 @@ func TestReplyAllocs(t *testing.T) {
 	name := []byte("default")
 	if n := testing.AllocsPerRun(100, func() {
 		b := AppendInserted(buf[:0], math.MaxUint64)
-		b = AppendBuriedID(b, 1)
 		b = AppendReservedHeader(b, 1, 2)
 		b = AppendFoundHeader(b, 1, 2)
 		b = AppendKicked(b, 3)

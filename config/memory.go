@@ -83,7 +83,7 @@ func smallest(cands []MemoryBudget) MemoryBudget {
 // quarters of it, less 64 MiB. The rest is for what a server holds besides
 // its jobs and for the collector: garbage between cycles (at the ceiling,
 // every refused put's body is garbage), the 64 MiB of headroom
-// gcheadroom.go gives the collector while bodies stream through,
+// memtune.KeepHeapHeadroom gives the collector while bodies stream through,
 // connection buffers, stacks and the runtime's own structures, and, in a
 // cgroup, the kernel's socket buffers and page cache, which count against
 // the same limit. It is never less than a quarter of the budget.

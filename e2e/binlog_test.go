@@ -172,10 +172,10 @@ func blRange(from, to uint64) []uint64 {
 }
 
 // ---------------------------------------------------------------------------
-// Catalogue rows 55-60.
+// Upstream testserv.c's binlog cases.
 
-// Row 55 (binlog_empty_exit): -b with -z 10, start, kill, restart: the
-// empty log replays and the first put is job 1.
+// Upstream's cttest_binlog_empty_exit: -b with -z 10, start, kill, restart:
+// the empty log replays and the first put is job 1.
 func TestBinlogEmptyExit(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -186,7 +186,8 @@ func TestBinlogEmptyExit(t *testing.T) {
 	expect(t, c, "INSERTED 1\r\n")
 }
 
-// Row 56 (binlog_bury), plus a restart: the buried job comes back buried.
+// Upstream's cttest_binlog_bury, plus a restart: the buried job comes back
+// buried.
 func TestBinlogBury(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -210,7 +211,8 @@ func TestBinlogBury(t *testing.T) {
 	runSteps(t, c, []step{{"kick 1\r\n", "KICKED 1\r\n"}, {"reserve\r\n", "RESERVED 1 0\r\n\r\n"}})
 }
 
-// Row 57 (binlog_basic): a put survives kill -9 and can be deleted after.
+// Upstream's cttest_binlog_basic: a put survives kill -9 and can be deleted
+// after.
 func TestBinlogBasic(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -226,10 +228,10 @@ func TestBinlogBasic(t *testing.T) {
 	})
 }
 
-// Row 58 (binlog_size_limit) checks upstream's exact file sizes, which
-// beanpole's own format does not reproduce (docs/behaviour.md, 'Binlog'). Instead: with
-// -s 4096 the log rotates over several binlog.N files and everything comes
-// back after kill -9.
+// Upstream's cttest_binlog_size_limit checks upstream's exact file sizes,
+// which beanpole's own format does not reproduce (docs/behaviour.md,
+// 'Binlog'). Instead: with -s 4096 the log rotates over several binlog.N
+// files and everything comes back after kill -9.
 func TestBinlogSegmentRotation(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -281,8 +283,8 @@ func TestBinlogSegmentRotation(t *testing.T) {
 	expect(t, c, strings.Repeat("DELETED\r\n", n))
 }
 
-// Row 59 (binlog_allocation): -s 601 -f0, 96 puts then 96 deletes, all
-// accepted; after a restart nothing is left and (beanpole) ids go on.
+// Upstream's cttest_binlog_allocation: -s 601 -f0, 96 puts then 96 deletes,
+// all accepted; after a restart nothing is left and (beanpole) ids go on.
 func TestBinlogAllocation(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -314,8 +316,8 @@ func TestBinlogAllocation(t *testing.T) {
 	}
 }
 
-// Row 60 (binlog_read): a release with delay and a delete replay; the
-// delayed job becomes ready by itself after the restart.
+// Upstream's cttest_binlog_read: a release with delay and a delete replay;
+// the delayed job becomes ready by itself after the restart.
 func TestBinlogRead(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -1,14 +1,14 @@
 package e2e
 
 // The job lifecycle on one connection: put, peek*, delete, release, bury,
-// kick, kick-job, touch and reserve-job plus the EXPECTED_CRLF extra case.
+// kick, kick-job, touch and reserve-job, and EXPECTED_CRLF.
 
 import (
 	"fmt"
 	"testing"
 )
 
-// Row 4.
+// Upstream's cttest_peek_ok.
 func TestPeekOK(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -19,7 +19,7 @@ func TestPeekOK(t *testing.T) {
 	expect(t, c, "a\r\n")
 }
 
-// Row 5.
+// Upstream's cttest_peek_not_found.
 func TestPeekNotFound(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -31,7 +31,7 @@ func TestPeekNotFound(t *testing.T) {
 	expect(t, c, "NOT_FOUND\r\n")
 }
 
-// Row 9.
+// Upstream's cttest_peek_delayed.
 func TestPeekDelayed(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -48,7 +48,7 @@ func TestPeekDelayed(t *testing.T) {
 	})
 }
 
-// Row 10.
+// Upstream's cttest_peek_buried_kick.
 func TestPeekBuriedKick(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -66,7 +66,7 @@ func TestPeekBuriedKick(t *testing.T) {
 	})
 }
 
-// Row 12.
+// Upstream's cttest_touch_not_found.
 func TestTouchNotFound(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -76,7 +76,7 @@ func TestTouchNotFound(t *testing.T) {
 	})
 }
 
-// Row 15.
+// Upstream's cttest_kickjob_buried.
 func TestKickJobBuried(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -90,7 +90,7 @@ func TestKickJobBuried(t *testing.T) {
 	})
 }
 
-// Row 16.
+// Upstream's cttest_kickjob_delayed.
 func TestKickJobDelayed(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -103,7 +103,7 @@ func TestKickJobDelayed(t *testing.T) {
 	})
 }
 
-// Row 23.
+// Upstream's cttest_delete_ready.
 func TestDeleteReady(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -114,7 +114,7 @@ func TestDeleteReady(t *testing.T) {
 	})
 }
 
-// Row 30.
+// Upstream's cttest_max_priority.
 func TestMaxPriority(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -127,7 +127,7 @@ func TestMaxPriority(t *testing.T) {
 	}
 }
 
-// Row 43.
+// Upstream's cttest_reserve_job_already_reserved.
 func TestReserveJobAlreadyReserved(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -138,7 +138,7 @@ func TestReserveJobAlreadyReserved(t *testing.T) {
 	})
 }
 
-// Row 44.
+// Upstream's cttest_reserve_job_ready.
 func TestReserveJobReady(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -152,7 +152,7 @@ func TestReserveJobReady(t *testing.T) {
 	})
 }
 
-// Row 45.
+// Upstream's cttest_reserve_job_delayed.
 func TestReserveJobDelayed(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -168,7 +168,7 @@ func TestReserveJobDelayed(t *testing.T) {
 	}
 }
 
-// Row 46.
+// Upstream's cttest_reserve_job_buried.
 func TestReserveJobBuried(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -191,7 +191,7 @@ func TestReserveJobBuried(t *testing.T) {
 	}
 }
 
-// Row 48.
+// Upstream's cttest_release_not_found.
 func TestReleaseNotFound(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -199,7 +199,7 @@ func TestReleaseNotFound(t *testing.T) {
 	expect(t, c, "NOT_FOUND\r\n")
 }
 
-// Extra: a body without its CRLF gives EXPECTED_CRLF after exactly bytes+2
+// A body without its CRLF gives EXPECTED_CRLF after exactly bytes+2
 // bytes; the leftover bytes are parsed as commands and the id is burned.
 func TestExpectedCRLF(t *testing.T) {
 	t.Parallel()
@@ -226,7 +226,7 @@ func TestExpectedCRLF(t *testing.T) {
 	}
 }
 
-// Extra: bodies are opaque bytes: CRLF and NUL inside, and empty bodies.
+// Bodies are opaque bytes: CRLF and NUL inside, and empty bodies.
 func TestBinaryBodies(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -241,7 +241,7 @@ func TestBinaryBodies(t *testing.T) {
 	})
 }
 
-// Extra: ready jobs are served by (pri, id): pri 5,1,5,1,0 (ids 1..5) is
+// Ready jobs are served by (pri, id): pri 5,1,5,1,0 (ids 1..5) is
 // reserved as 5,2,4,1,3; a released job keeps its place by id.
 func TestPriorityOrder(t *testing.T) {
 	t.Parallel()
@@ -266,7 +266,7 @@ func TestPriorityOrder(t *testing.T) {
 	})
 }
 
-// Extra: kick kicks buried jobs first (oldest first), and delayed jobs only
+// Kick kicks buried jobs first (oldest first), and delayed jobs only
 // when nothing is buried.
 func TestKickBuriedBeforeDelayed(t *testing.T) {
 	t.Parallel()
@@ -294,7 +294,7 @@ func TestKickBuriedBeforeDelayed(t *testing.T) {
 	}
 }
 
-// Extra: delete works on ready, delayed and buried jobs in any tube;
+// Delete works on ready, delayed and buried jobs in any tube;
 // peek works on every state; peek-* and kick look at the used tube only.
 func TestDeleteAndPeekAcrossStatesAndTubes(t *testing.T) {
 	t.Parallel()
@@ -327,7 +327,7 @@ func TestDeleteAndPeekAcrossStatesAndTubes(t *testing.T) {
 	})
 }
 
-// Extra: release with a delay makes the job delayed; bury/touch/release need
+// Release with a delay makes the job delayed; bury/touch/release need
 // the job reserved by this connection.
 func TestReleaseBuryTouchStates(t *testing.T) {
 	t.Parallel()

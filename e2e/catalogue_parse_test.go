@@ -1,9 +1,8 @@
 package e2e
 
-// Command-line parsing: upstream catalogue rows about malformed commands and
-// numbers and the
-// extra black-box cases on prefix matching, number rules, bad put lines,
-// kick's strtoul and the line-length rule (docs/behaviour.md, 'Long lines').
+// Command-line parsing: upstream testserv.c's cases about malformed commands
+// and numbers, and further black-box cases on prefix matching, number
+// rules, bad put lines, kick's strtoul and the line-length rule (docs/behaviour.md, 'Long lines').
 
 import (
 	"strings"
@@ -33,7 +32,7 @@ func badFormat(lines ...string) []step {
 	return out
 }
 
-// Row 1.
+// Upstream's cttest_unknown_command.
 func TestUnknownCommand(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -41,8 +40,8 @@ func TestUnknownCommand(t *testing.T) {
 	expect(t, c, "UNKNOWN_COMMAND\r\n")
 }
 
-// Row 2 (issue #337): a too-long line gives one BAD_FORMAT and the
-// connection keeps working.
+// Upstream's cttest_too_long_commandline (upstream issue #337): a too-long
+// line gives one BAD_FORMAT and the connection keeps working.
 func TestTooLongCommandline(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -55,7 +54,7 @@ func TestTooLongCommandline(t *testing.T) {
 	expect(t, c, "INSERTED 1\r\n")
 }
 
-// Row 8.
+// Upstream's cttest_peek_bad_format.
 func TestPeekBadFormat(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -67,28 +66,28 @@ func TestPeekBadFormat(t *testing.T) {
 	))
 }
 
-// Row 11.
+// Upstream's cttest_touch_bad_format.
 func TestTouchBadFormat(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
 	runSteps(t, c, badFormat("touch a111", "touch 111a", "touch !@#!@#"))
 }
 
-// Row 13.
+// Upstream's cttest_bury_bad_format.
 func TestBuryBadFormat(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
 	runSteps(t, c, badFormat("bury 111abc 2", "bury 111", "bury 111 222abc"))
 }
 
-// Row 14.
+// Upstream's cttest_kickjob_bad_format.
 func TestKickJobBadFormat(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
 	runSteps(t, c, badFormat("kick-job a111", "kick-job 111a", "kick-job !@#!@#"))
 }
 
-// Row 25.
+// Upstream's cttest_delete_bad_format.
 func TestDeleteBadFormat(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -100,7 +99,7 @@ func TestDeleteBadFormat(t *testing.T) {
 	))
 }
 
-// Row 27.
+// Upstream's cttest_negative_delay.
 func TestNegativeDelay(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -108,7 +107,8 @@ func TestNegativeDelay(t *testing.T) {
 	expect(t, c, "BAD_FORMAT\r\n")
 }
 
-// Row 28. The body line is then parsed as a command.
+// Upstream's cttest_garbage_priority. The body line is then parsed as a
+// command.
 func TestGarbagePriority(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -116,7 +116,7 @@ func TestGarbagePriority(t *testing.T) {
 	expect(t, c, "BAD_FORMAT\r\nUNKNOWN_COMMAND\r\n")
 }
 
-// Row 29.
+// Upstream's cttest_negative_priority.
 func TestNegativePriority(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -124,7 +124,7 @@ func TestNegativePriority(t *testing.T) {
 	expect(t, c, "BAD_FORMAT\r\nUNKNOWN_COMMAND\r\n")
 }
 
-// Row 31.
+// Upstream's cttest_too_big_priority.
 func TestTooBigPriority(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -132,7 +132,7 @@ func TestTooBigPriority(t *testing.T) {
 	expect(t, c, "BAD_FORMAT\r\nUNKNOWN_COMMAND\r\n")
 }
 
-// Row 35.
+// Upstream's cttest_statsjob_ck_format.
 func TestStatsJobCkFormat(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -143,7 +143,7 @@ func TestStatsJobCkFormat(t *testing.T) {
 	})
 }
 
-// Row 47.
+// Upstream's cttest_release_bad_format.
 func TestReleaseBadFormat(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -157,7 +157,7 @@ func TestReleaseBadFormat(t *testing.T) {
 	))
 }
 
-// Extra: prefix matching quirks of which_cmd.
+// Prefix matching quirks of which_cmd.
 func TestPrefixQuirks(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -216,7 +216,7 @@ func TestPrefixQuirks(t *testing.T) {
 	expectClosed(t, c2)
 }
 
-// Extra: the number rules of read_u64/read_u32.
+// The number rules of read_u64/read_u32.
 func TestNumberRules(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -247,7 +247,7 @@ func TestNumberRules(t *testing.T) {
 	})
 }
 
-// Extra: a put line that fails to parse consumes no body; the body is then
+// A put line that fails to parse consumes no body; the body is then
 // parsed as a command line.
 func TestPutBadLineBodyParsedAsCommand(t *testing.T) {
 	t.Parallel()
@@ -264,7 +264,7 @@ func TestPutBadLineBodyParsedAsCommand(t *testing.T) {
 	expect(t, c, "INSERTED 1\r\n")
 }
 
-// Extra: kick parses its bound with strtoul: leading whitespace and a sign
+// Kick parses its bound with strtoul: leading whitespace and a sign
 // are accepted, trailing garbage is ignored and the value is truncated to 32
 // bits.
 func TestKickTruncation(t *testing.T) {
@@ -292,7 +292,7 @@ func TestKickTruncation(t *testing.T) {
 	}
 }
 
-// Extra: the line-length rule (docs/behaviour.md, 'Long lines'). The longest valid line is 224
+// The line-length rule (docs/behaviour.md, 'Long lines'). The longest valid line is 224
 // bytes including CRLF; anything longer is discarded up to the next CRLF
 // and answered with exactly one BAD_FORMAT.
 func TestLineLengthRule(t *testing.T) {
@@ -375,7 +375,7 @@ func TestLineLengthRule(t *testing.T) {
 	})
 }
 
-// Extra: reserve-with-timeout takes a strict u32 in 1.13 (docs/behaviour.md, 'Wire target').
+// reserve-with-timeout takes a strict u32 in 1.13 (docs/behaviour.md, 'Wire target').
 func TestReserveWithTimeoutArgs(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)

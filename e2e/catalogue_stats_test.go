@@ -1,8 +1,7 @@
 package e2e
 
 // stats, stats-tube and stats-job: exact key order and every deterministic
-// value, the counters, and the masked fields'
-// formats.
+// value, the counters, and the masked fields' formats.
 
 import (
 	"fmt"
@@ -134,7 +133,7 @@ func checkStatsVolatile(t *testing.T, s *server, m map[string]string) {
 	}
 }
 
-// Extra: stats on a fresh server, the exact body.
+// Stats on a fresh server, the exact body.
 func TestStatsFresh(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -147,7 +146,7 @@ func TestStatsFresh(t *testing.T) {
 	})
 }
 
-// Extra: hostname, os and platform are uname's nodename, version and machine.
+// Hostname, os and platform are uname's nodename, version and machine.
 func TestStatsUnameFields(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -160,7 +159,7 @@ func TestStatsUnameFields(t *testing.T) {
 	}
 }
 
-// Extra: every counter of stats after one pass over all commands; commands
+// Every counter of stats after one pass over all commands; commands
 // that fail to parse are not counted; reserve-job and kick-job are not shown.
 func TestStatsCounters(t *testing.T) {
 	t.Parallel()
@@ -207,7 +206,7 @@ func TestStatsCounters(t *testing.T) {
 	})
 }
 
-// Extra: current-jobs-* for every state, urgency (pri < 1024 and ready).
+// current-jobs-* for every state, urgency (pri < 1024 and ready).
 func TestStatsJobStates(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -238,7 +237,7 @@ func TestStatsJobStates(t *testing.T) {
 	}
 }
 
-// Extra: current-producers and current-workers count connections that ever
+// current-producers and current-workers count connections that ever
 // put (past the size and trailing-garbage checks) or reserved (reserve and
 // reserve-with-timeout always; reserve-job only when it reserves a job).
 func TestStatsProducersWorkers(t *testing.T) {
@@ -306,7 +305,7 @@ func timeLeftNear(t *testing.T, m map[string]string, ideal int) {
 	}
 }
 
-// Extra: stats-job, the exact body in each state.
+// stats-job, the exact body in each state.
 func TestStatsJobExact(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -333,7 +332,7 @@ func TestStatsJobExact(t *testing.T) {
 	timeLeftNear(t, m, 4)
 }
 
-// Row 32.
+// Upstream's cttest_omit_time_left.
 func TestOmitTimeLeft(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -342,7 +341,7 @@ func TestOmitTimeLeft(t *testing.T) {
 	expectYAMLContains(t, c, "\ntime-left: 0\n")
 }
 
-// Row 36.
+// Upstream's cttest_stats_tube.
 func TestStatsTube(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -363,7 +362,7 @@ func TestStatsTube(t *testing.T) {
 	})
 }
 
-// Extra: stats-tube with jobs, waiters and a pause, exact.
+// stats-tube with jobs, waiters and a pause, exact.
 func TestStatsTubeExact(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -395,7 +394,8 @@ func TestStatsTubeExact(t *testing.T) {
 	timeLeftNear(t, map[string]string{"time-left": yamlMap(t, body)["pause-time-left"]}, 9)
 }
 
-// Row 37: large ttr values survive (no 32-bit microsecond overflow).
+// Upstream's cttest_ttrlarge: large ttr values survive (no 32-bit
+// microsecond overflow).
 func TestTTRLarge(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -409,7 +409,7 @@ func TestTTRLarge(t *testing.T) {
 	}
 }
 
-// Row 38: ttr 0 becomes 1.
+// Upstream's cttest_ttr_small: ttr 0 becomes 1.
 func TestTTRSmall(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -418,7 +418,7 @@ func TestTTRSmall(t *testing.T) {
 	expectYAMLContains(t, c, "\nttr: 1\n")
 }
 
-// Extra: a failed pause-tube with a leading '-' is still counted in the
+// A failed pause-tube with a leading '-' is still counted in the
 // global cmd-pause-tube.
 func TestPauseTubeCountedBeforeNameCheck(t *testing.T) {
 	t.Parallel()

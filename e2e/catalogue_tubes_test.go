@@ -24,7 +24,7 @@ func tubeList(names ...string) string {
 	return yamlReply(b.String())
 }
 
-// Row 18.
+// Upstream's cttest_underscore.
 func TestUnderscore(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -32,7 +32,7 @@ func TestUnderscore(t *testing.T) {
 	expect(t, c, "USING x_y\r\n")
 }
 
-// Row 26.
+// Upstream's cttest_multi_tube.
 func TestMultiTube(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -47,7 +47,7 @@ func TestMultiTube(t *testing.T) {
 	})
 }
 
-// Row 52.
+// Upstream's cttest_list_tube.
 func TestListTube(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -63,7 +63,7 @@ func TestListTube(t *testing.T) {
 	})
 }
 
-// Row 53.
+// Upstream's cttest_use_tube_long.
 func TestUseTubeLong(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -75,7 +75,7 @@ func TestUseTubeLong(t *testing.T) {
 	})
 }
 
-// Row 54.
+// Upstream's cttest_longest_command.
 func TestLongestCommand(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -90,7 +90,7 @@ func TestLongestCommand(t *testing.T) {
 	})
 }
 
-// Extra: the tube-name alphabet and the single-space rule.
+// The tube-name alphabet and the single-space rule.
 func TestTubeNames(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -119,7 +119,7 @@ func TestTubeNames(t *testing.T) {
 	})
 }
 
-// Extra: watch and ignore semantics.
+// Watch and ignore semantics.
 func TestWatchIgnore(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -137,7 +137,7 @@ func TestWatchIgnore(t *testing.T) {
 	})
 }
 
-// Extra: list-tubes and list-tubes-watched keep creation order, but a removed
+// list-tubes and list-tubes-watched keep creation order, but a removed
 // entry is replaced by the last one (swap-remove).
 func TestListTubesSwapRemove(t *testing.T) {
 	t.Parallel()
@@ -172,7 +172,7 @@ func TestListTubesSwapRemove(t *testing.T) {
 	})
 }
 
-// Extra: a tube lives while a connection uses or watches it or a job is in
+// A tube lives while a connection uses or watches it or a job is in
 // it; then it is freed at once.
 func TestTubeLifetime(t *testing.T) {
 	t.Parallel()
@@ -210,7 +210,7 @@ func TestTubeLifetime(t *testing.T) {
 	})
 }
 
-// Extra: pause-tube reads its tube name with read_tube_name: spaces are
+// pause-tube reads its tube name with read_tube_name: spaces are
 // skipped and the name ends at the first invalid character.
 func TestPauseTubeParsing(t *testing.T) {
 	t.Parallel()

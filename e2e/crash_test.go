@@ -1019,7 +1019,8 @@ func TestBinlogTornTail(t *testing.T) {
 	lastName := "binlog." + itoa(last)
 	fl := l.frames[last]
 	dataEnd := fl[len(fl)-1].end
-	// The brief's way of finding the end of the data must agree.
+	// A segment is preallocated with zeros, so its data ends after its last
+	// non-zero byte: that end must fall inside the last frame the test wrote.
 	b := l.files[lastName]
 	lastNonZero := int64(len(strings.TrimRight(string(b), "\x00")))
 	if lastNonZero > dataEnd || lastNonZero < fl[len(fl)-1].off {

@@ -26,12 +26,13 @@
 //
 // Every test runs its own server and most of them wait on timers, so TestMain
 // raises -parallel to 8 unless it is given. -short skips the one test that
-// streams 1 GiB (upstream's job_size_max_plus_1). TestDifferential compares
-// the server with /usr/bin/beanstalkd and skips when that is missing.
+// streams 1 GiB (upstream's cttest_job_size_max_plus_1). TestDifferential
+// compares the server with /usr/bin/beanstalkd and skips when that is
+// missing.
 //
 // Files: harness_test.go (server processes, exact-byte helpers, target
-// detection); catalogue_*_test.go (upstream testserv.c rows 1-54 and the
-// extra cases, by theme); limits_test.go (-z); server_test.go (drain
+// detection); catalogue_*_test.go (upstream testserv.c's cttest_* cases, each
+// test naming the one it follows, and further cases, by theme); limits_test.go (-z); server_test.go (drain
 // mode, unix sockets, flags); timers_test.go; pipeline_test.go;
 // multiconn_test.go; client_test.go (go-beanstalk); differential_test.go.
 package e2e

@@ -9,7 +9,8 @@ import (
 	"time"
 )
 
-// Row 20: the body of a too-big job is discarded (bytes+2), then JOB_TOO_BIG.
+// Upstream's cttest_too_big: the body of a too-big job is discarded
+// (bytes+2), then JOB_TOO_BIG.
 func TestTooBig(t *testing.T) {
 	t.Parallel()
 	c := startServer(t, "-z", "10").dial(t)
@@ -21,7 +22,7 @@ func TestTooBig(t *testing.T) {
 	expect(t, c, "INSERTED 1\r\n")
 }
 
-// Row 21.
+// Upstream's cttest_job_size_invalid.
 func TestJobSizeInvalid(t *testing.T) {
 	t.Parallel()
 	c := startServer(t, "-z", "1073741824").dial(t)
@@ -32,8 +33,8 @@ func TestJobSizeInvalid(t *testing.T) {
 	expect(t, c, "BAD_FORMAT\r\nBAD_FORMAT\r\nBAD_FORMAT\r\nINSERTED 1\r\n")
 }
 
-// Row 22: a job one byte over the 1 GiB maximum is read in full and
-// discarded. This streams 1 GiB over loopback.
+// Upstream's cttest_job_size_max_plus_1: a job one byte over the 1 GiB
+// maximum is read in full and discarded. This streams 1 GiB over loopback.
 func TestJobSizeMaxPlus1(t *testing.T) {
 	if testing.Short() {
 		t.Skip("streams 1 GiB; skipped with -short")
@@ -58,7 +59,7 @@ func TestJobSizeMaxPlus1(t *testing.T) {
 	expect(t, c, "INSERTED 1\r\n")
 }
 
-// Extra: JOB_TOO_BIG is only sent once the whole body has arrived; a client
+// JOB_TOO_BIG is only sent once the whole body has arrived; a client
 // that does not send it waits. The check comes before the trailing-garbage
 // check, it counts in cmd-put and it does not burn an id.
 func TestJobTooBigWaitsForBody(t *testing.T) {
@@ -94,7 +95,7 @@ func TestJobTooBigWaitsForBody(t *testing.T) {
 	}
 }
 
-// Extra: the default limit is 65535 bytes.
+// The default limit is 65535 bytes.
 func TestDefaultJobSizeLimit(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -107,7 +108,7 @@ func TestDefaultJobSizeLimit(t *testing.T) {
 	expect(t, c, "RESERVED 1 65535\r\n"+body+"\r\n")
 }
 
-// Extra: a large job (1 MiB under -z 2000000) goes through intact, and the
+// A large job (1 MiB under -z 2000000) goes through intact, and the
 // reply is written fully even if the client reads it slowly.
 func TestLargeJobRoundTrip(t *testing.T) {
 	t.Parallel()

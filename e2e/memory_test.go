@@ -1,13 +1,12 @@
 package e2e
 
-// Memory and descriptors as resources the server rations (issue 13, items
-// 8-10): a ceiling on the bytes held by jobs (--max-job-memory; past it a
-// put is answered OUT_OF_MEMORY and the server keeps serving), memory given
-// back to the system promptly after a large backlog is deleted, and
-// descriptors kept in reserve for the binlog when clients fill the
-// descriptor limit. All of it is beanpole design (C beanstalkd has no
-// ceiling flag and no job-memory stats), so these tests skip for the
-// 1.12 target.
+// Memory and descriptors as resources the server rations: a ceiling on the
+// bytes held by jobs (--max-job-memory; past it a put is answered
+// OUT_OF_MEMORY and the server keeps serving), memory given back to the
+// system promptly after a large backlog is deleted, and descriptors kept in
+// reserve for the binlog when clients fill the descriptor limit. All of it
+// is beanpole design (C beanstalkd has no ceiling flag and no job-memory
+// stats), so these tests skip for the 1.12 target.
 
 import (
 	"fmt"
@@ -64,7 +63,7 @@ func statInt(t testing.TB, m map[string]string, k string) int64 {
 	return v
 }
 
-// Item 8: with a small ceiling, puts are refused OUT_OF_MEMORY once the
+// With a small ceiling, puts are refused OUT_OF_MEMORY once the
 // jobs' bytes reach it; the refused put changes nothing; deletes, reserves,
 // peeks and stats go on; deleting a job makes room for the next put. With
 // -b the same holds (the put is counted before its record is logged).
@@ -162,7 +161,7 @@ func TestJobMemoryCeiling(t *testing.T) {
 	}
 }
 
-// Item 8: --max-job-memory is a long option that takes its value as the
+// --max-job-memory is a long option that takes its value as the
 // next argument or after "="; 0 turns the ceiling off; a bad value is a
 // usage error (exit 5) as for the short flags.
 func TestJobMemoryFlag(t *testing.T) {
@@ -197,10 +196,10 @@ func TestJobMemoryFlag(t *testing.T) {
 	}
 }
 
-// Item 8 under a real address-space limit (RLIMIT_AS, set by the shell
-// that execs the server): before the ceiling, the Go runtime died with
-// "fatal error: out of memory" at about 1.1 GB of bodies under a 3 GB
-// limit and every job was lost. Now the default ceiling is derived from
+// The job-memory ceiling under a real address-space limit (RLIMIT_AS, set
+// by the shell that execs the server): without a ceiling the Go runtime
+// dies with "fatal error: out of memory" at about 1.1 GB of bodies under a
+// 3 GB limit and every job is lost. The default ceiling is derived from
 // the limit: puts get OUT_OF_MEMORY, the server stays up and serves.
 func TestJobMemoryUnderAddressSpaceLimit(t *testing.T) {
 	skipUnlessBeanpole(t, "the job-memory ceiling is beanpole's")
@@ -262,8 +261,9 @@ func TestJobMemoryUnderAddressSpaceLimit(t *testing.T) {
 	}
 }
 
-// Item 9: after a backlog of 512 MiB of 64 KiB jobs is deleted, the server
-// gives the memory back within seconds (it used to keep it for minutes).
+// After a backlog of 512 MiB of 64 KiB jobs is deleted, the server
+// gives the memory back within seconds (left to the Go runtime alone, it
+// takes minutes).
 func TestMemoryReturnedAfterDrain(t *testing.T) {
 	skipUnlessBeanpole(t, "beanpole's Go runtime tuning")
 	t.Parallel()
@@ -310,10 +310,11 @@ func TestMemoryReturnedAfterDrain(t *testing.T) {
 	put(t, c, 0, 0, 10, "after", ids[len(ids)-1]+1)
 }
 
-// Item 10: with -b, connections are shed while the process is within a few
+// With -b, connections are shed while the process is within a few
 // descriptors of its limit, so the binlog can always open its next segment:
 // with clients filling the limit, every put (here rolling over many 4 KiB
-// segments) is still INSERTED. It used to get OUT_OF_MEMORY.
+// segments) is still INSERTED, never OUT_OF_MEMORY for want of a
+// descriptor.
 func TestBinlogKeepsDescriptorsInReserve(t *testing.T) {
 	skipUnlessBeanpole(t, "descriptor reserve for the binlog is beanpole's")
 	t.Parallel()

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// Row 24.
+// Upstream's cttest_delete_reserved_by_other.
 func TestDeleteReservedByOther(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -35,7 +35,7 @@ func TestDeleteReservedByOther(t *testing.T) {
 	expect(t, b, "DELETED\r\n")
 }
 
-// Extra: any connection may delete a ready, delayed or buried job.
+// Any connection may delete a ready, delayed or buried job.
 func TestDeleteByOtherConnection(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -56,8 +56,9 @@ func TestDeleteByOtherConnection(t *testing.T) {
 	expect(t, a, "TIMED_OUT\r\n")
 }
 
-// Row 40 (issues #78/#104): another connection's watch does not disturb a
-// waiting reserve-with-timeout.
+// Upstream's cttest_reserve_with_timeout_2conns (upstream issues #78/#104):
+// another connection's watch does not disturb a waiting
+// reserve-with-timeout.
 func TestReserveWithTimeout2Conns(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -72,8 +73,9 @@ func TestReserveWithTimeout2Conns(t *testing.T) {
 	checkElapsed(t, "TIMED_OUT", start, time.Second)
 }
 
-// Rows 49 and 50: closing (or quitting) a connection with a reserved job
-// makes the job ready at once, long before its TTR.
+// Upstream's cttest_close_releases_job and cttest_quit_releases_job:
+// closing (or quitting) a connection with a reserved job makes the job
+// ready at once, long before its TTR.
 func TestCloseReleasesJob(t *testing.T) {
 	t.Parallel()
 	testConnEndReleasesJob(t, func(t *testing.T, c *conn) { c.nc.Close() })
@@ -102,7 +104,7 @@ func testConnEndReleasesJob(t *testing.T, end func(*testing.T, *conn)) {
 	}
 }
 
-// Extra: jobs returned by a closing connection keep their priority and
+// Jobs returned by a closing connection keep their priority and
 // counters: reserves stays, no release, no timeout.
 func TestCloseWithReservedJobsCounters(t *testing.T) {
 	t.Parallel()
@@ -133,7 +135,7 @@ func TestCloseWithReservedJobsCounters(t *testing.T) {
 	}
 }
 
-// Extra: a waiter that closes is forgotten; the next put stays ready or goes
+// A waiter that closes is forgotten; the next put stays ready or goes
 // to a live waiter.
 func TestCloseWhileWaiting(t *testing.T) {
 	t.Parallel()
@@ -190,7 +192,7 @@ func TestWaitersFIFO(t *testing.T) {
 	}
 }
 
-// Extra: two waiters on the same tube: one job goes to exactly one of them;
+// Two waiters on the same tube: one job goes to exactly one of them;
 // the first waiter gets it (FIFO: docs/behaviour.md, 'Waiting reservers').
 func TestTwoWaitersOneJob(t *testing.T) {
 	t.Parallel()
@@ -212,7 +214,7 @@ func TestTwoWaitersOneJob(t *testing.T) {
 	expect(t, w2, "RESERVED 1 1\r\nx\r\n")
 }
 
-// Extra: a waiter watching several tubes is woken by a put into any of them,
+// A waiter watching several tubes is woken by a put into any of them,
 // and gets the globally most urgent job among its tubes.
 func TestWaiterOnSeveralTubes(t *testing.T) {
 	t.Parallel()
@@ -246,7 +248,7 @@ func TestWaiterOnSeveralTubes(t *testing.T) {
 	})
 }
 
-// Extra: a peer that half-closes (shutdown SHUT_WR) while waiting in reserve
+// A peer that half-closes (shutdown SHUT_WR) while waiting in reserve
 // gets TIMED_OUT, then the server closes the connection.
 func TestHalfCloseWhileReserving(t *testing.T) {
 	t.Parallel()
@@ -267,7 +269,7 @@ func TestHalfCloseWhileReserving(t *testing.T) {
 	expect(t, ctl, "FOUND 1 1\r\nx\r\n")
 }
 
-// Extra: the same over a unix socket.
+// The same over a unix socket.
 func TestHalfCloseWhileReservingUnix(t *testing.T) {
 	t.Parallel()
 	s := startUnixServer(t, shortTempDir(t)+"/sock")
@@ -282,7 +284,7 @@ func TestHalfCloseWhileReservingUnix(t *testing.T) {
 	expectClosed(t, w)
 }
 
-// Extra: producers and consumers on several connections at once: every job
+// Producers and consumers on several connections at once: every job
 // is delivered exactly once.
 func TestConcurrentProducersConsumers(t *testing.T) {
 	t.Parallel()

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Row 19.
+// Upstream's cttest_2cmdpacket.
 func TestTwoCommandPacket(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -19,7 +19,7 @@ func TestTwoCommandPacket(t *testing.T) {
 	expect(t, c, "USING b\r\n")
 }
 
-// Extra: a whole session in one write; the replies come back in order.
+// A whole session in one write; the replies come back in order.
 func TestPipelinedSession(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -74,7 +74,7 @@ func TestPipelinedSession(t *testing.T) {
 	expect(t, c, "USING p\r\n")
 }
 
-// Extra: a reserve that blocks holds back the commands pipelined after it;
+// A reserve that blocks holds back the commands pipelined after it;
 // they run, in order, once another connection's put has answered it.
 func TestPipelinedReserveBlocks(t *testing.T) {
 	t.Parallel()
@@ -99,7 +99,7 @@ func TestPipelinedReserveBlocks(t *testing.T) {
 	expectYAMLContains(t, w, "\nid: 1\n", "\nstate: reserved\n")
 }
 
-// Extra: a pipelined reserve-with-timeout holds back what follows until it
+// A pipelined reserve-with-timeout holds back what follows until it
 // times out.
 func TestPipelinedReserveWithTimeout(t *testing.T) {
 	t.Parallel()
@@ -112,7 +112,7 @@ func TestPipelinedReserveWithTimeout(t *testing.T) {
 	}
 }
 
-// Extra: quit in the middle of a pipeline: earlier replies are written,
+// Quit in the middle of a pipeline: earlier replies are written,
 // later commands are ignored.
 func TestPipelinedQuit(t *testing.T) {
 	t.Parallel()
@@ -128,7 +128,7 @@ func TestPipelinedQuit(t *testing.T) {
 	})
 }
 
-// Extra: 1000 puts and 1000 deletes in two writes.
+// 1000 puts and 1000 deletes in two writes.
 func TestPipelinedThousand(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -154,7 +154,7 @@ func TestPipelinedThousand(t *testing.T) {
 	}
 }
 
-// Extra: commands and bodies arriving one byte at a time.
+// Commands and bodies arriving one byte at a time.
 func TestByteAtATime(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -168,7 +168,7 @@ func TestByteAtATime(t *testing.T) {
 	expect(t, c, "USING slow\r\nINSERTED 1\r\nFOUND 1 4\r\na\r\nb\r\n")
 }
 
-// Extra: a put whose body arrives later, split between CR and LF.
+// A put whose body arrives later, split between CR and LF.
 func TestPutBodyInPieces(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -186,7 +186,7 @@ func TestPutBodyInPieces(t *testing.T) {
 	expect(t, c, "FOUND 1 10\r\n0123456789\r\n")
 }
 
-// Extra: large bodies whose tail arrives later, glued to the next command.
+// Large bodies whose tail arrives later, glued to the next command.
 // Past 16 KiB the server reads the rest of a body straight from the socket
 // into the job (always so past its 256 KiB read buffer); it must take
 // exactly the body and leave the pipelined command behind it for the

@@ -1,7 +1,8 @@
 package e2e
 
 // The server process: drain mode via SIGUSR1, unix
-// sockets with -l unix:PATH (rows 6, 7) and flags.
+// sockets with -l unix:PATH (upstream's cttest_peek_ok_unix and
+// cttest_unix_auto_removal) and flags.
 
 import (
 	"os"
@@ -20,7 +21,7 @@ func enterDrain(t *testing.T, s *server, c *conn) {
 	})
 }
 
-// Row 3.
+// Upstream's cttest_put_in_drain.
 func TestPutInDrain(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -30,7 +31,7 @@ func TestPutInDrain(t *testing.T) {
 	expect(t, c, "DRAINING\r\n")
 }
 
-// Extra: in drain mode only put is refused: the body is still read, the CRLF
+// In drain mode only put is refused: the body is still read, the CRLF
 // check comes first, and the id is burned. Everything else keeps working.
 func TestDrainMode(t *testing.T) {
 	t.Parallel()
@@ -75,7 +76,7 @@ func shortTempDir(t *testing.T) string {
 	return dir
 }
 
-// Row 6.
+// Upstream's cttest_peek_ok_unix.
 func TestPeekOKUnix(t *testing.T) {
 	t.Parallel()
 	s := startUnixServer(t, filepath.Join(shortTempDir(t), "socket"))
@@ -87,7 +88,8 @@ func TestPeekOKUnix(t *testing.T) {
 	expect(t, c, "a\r\n")
 }
 
-// Row 7: a stale socket file left by a killed server is replaced.
+// Upstream's cttest_unix_auto_removal: a stale socket file left by a killed
+// server is replaced.
 func TestUnixAutoRemoval(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(shortTempDir(t), "socket")
@@ -103,7 +105,7 @@ func TestUnixAutoRemoval(t *testing.T) {
 	expect(t, c, "USING default\r\n")
 }
 
-// Extra: -l unix:PATH refuses to replace a file that is not a socket.
+// -l unix:PATH refuses to replace a file that is not a socket.
 func TestUnixPathNotASocket(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(shortTempDir(t), "file")
@@ -134,7 +136,7 @@ func TestUnixPathNotASocket(t *testing.T) {
 	}
 }
 
-// Extra: the listener takes -l and -p, and -V does not change the protocol.
+// The listener takes -l and -p, and -V does not change the protocol.
 func TestVerboseFlag(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, "-V")
@@ -145,7 +147,7 @@ func TestVerboseFlag(t *testing.T) {
 	expectLine(t, c, "a")
 }
 
-// Extra: flag values may be attached (-z10) and flags combined (-VV); -z
+// Flag values may be attached (-z10) and flags combined (-VV); -z
 // above 1 GiB is clamped.
 func TestFlagForms(t *testing.T) {
 	t.Parallel()
@@ -161,7 +163,7 @@ func TestFlagForms(t *testing.T) {
 	}
 }
 
-// Extra: usage errors exit 5 without serving; -h exits 0.
+// Usage errors exit 5 without serving; -h exits 0.
 func TestUsageExitCodes(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -107,7 +107,7 @@ func untilConclusive(t *testing.T, round func(s *server)) {
 	}
 }
 
-// Row 17.
+// Upstream's cttest_pause.
 func TestPause(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -121,7 +121,7 @@ func TestPause(t *testing.T) {
 	checkElapsed(t, "RESERVED", start, time.Second)
 }
 
-// Row 33.
+// Upstream's cttest_small_delay.
 func TestSmallDelay(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -129,7 +129,7 @@ func TestSmallDelay(t *testing.T) {
 	expect(t, c, "INSERTED 1\r\n")
 }
 
-// Row 39.
+// Upstream's cttest_zero_delay.
 func TestZeroDelay(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -137,7 +137,7 @@ func TestZeroDelay(t *testing.T) {
 	expect(t, c, "INSERTED 1\r\n")
 }
 
-// Row 34.
+// Upstream's cttest_delayed_to_ready.
 func TestDelayedToReady(t *testing.T) {
 	t.Parallel()
 	untilConclusive(t, func(s *server) {
@@ -158,7 +158,7 @@ func TestDelayedToReady(t *testing.T) {
 	})
 }
 
-// Extra: a delayed put is served once its delay has passed.
+// A delayed put is served once its delay has passed.
 func TestDelayedPutIsReserved(t *testing.T) {
 	t.Parallel()
 	untilConclusive(t, func(s *server) {
@@ -174,7 +174,7 @@ func TestDelayedPutIsReserved(t *testing.T) {
 	})
 }
 
-// Extra: release with a delay: the job is delayed, then ready again.
+// Release with a delay: the job is delayed, then ready again.
 func TestReleaseWithDelay(t *testing.T) {
 	t.Parallel()
 	untilConclusive(t, func(s *server) {
@@ -195,7 +195,7 @@ func TestReleaseWithDelay(t *testing.T) {
 	})
 }
 
-// Extra: reserve-with-timeout 1 with nothing to reserve times out after 1s.
+// reserve-with-timeout 1 with nothing to reserve times out after 1s.
 func TestReserveWithTimeoutTimesOut(t *testing.T) {
 	t.Parallel()
 	c := startServer(t).dial(t)
@@ -207,7 +207,7 @@ func TestReserveWithTimeoutTimesOut(t *testing.T) {
 	expect(t, c, "USING default\r\n")
 }
 
-// Extra: a job whose TTR expires goes back to ready (never delayed or
+// A job whose TTR expires goes back to ready (never delayed or
 // buried) and is given to the next reserver; timeouts are counted.
 func TestTTRExpiry(t *testing.T) {
 	t.Parallel()
@@ -234,7 +234,7 @@ func TestTTRExpiry(t *testing.T) {
 	expect(t, b, "DELETED\r\n")
 }
 
-// Extra: touch restarts the TTR: the job is still reserved after the TTR
+// Touch restarts the TTR: the job is still reserved after the TTR
 // the touch replaced has run out.
 func TestTouchExtendsTTR(t *testing.T) {
 	t.Parallel()
@@ -258,8 +258,8 @@ func TestTouchExtendsTTR(t *testing.T) {
 	})
 }
 
-// Row 41: inside the 1 s safety margin with nothing else ready, reserve
-// answers DEADLINE_SOON at once.
+// Upstream's cttest_reserve_ttr_deadline_soon: inside the 1 s safety margin
+// with nothing else ready, reserve answers DEADLINE_SOON at once.
 func TestReserveTTRDeadlineSoon(t *testing.T) {
 	t.Parallel()
 	untilConclusive(t, func(s *server) {
@@ -280,8 +280,8 @@ func TestReserveTTRDeadlineSoon(t *testing.T) {
 	})
 }
 
-// Row 42: a job reserved from the delayed state goes back to ready, not
-// delayed, when its TTR expires.
+// Upstream's cttest_reserve_job_ttr_deadline_soon: a job reserved from the
+// delayed state goes back to ready, not delayed, when its TTR expires.
 func TestReserveJobTTRDeadlineSoon(t *testing.T) {
 	t.Parallel()
 	untilConclusive(t, func(s *server) {
@@ -327,7 +327,7 @@ func TestDeadlineSoonVersusReadyJobs(t *testing.T) {
 	})
 }
 
-// Extra: a waiting reserve is ended by DEADLINE_SOON when a job the
+// A waiting reserve is ended by DEADLINE_SOON when a job the
 // connection holds enters its safety margin.
 func TestDeadlineSoonWhileWaiting(t *testing.T) {
 	t.Parallel()
@@ -342,7 +342,7 @@ func TestDeadlineSoonWhileWaiting(t *testing.T) {
 	expect(t, c, "DELETED\r\n")
 }
 
-// Extra: reserve-with-timeout 0 on a paused tube with a ready job times out;
+// reserve-with-timeout 0 on a paused tube with a ready job times out;
 // put, peek-ready, kick and reserve-job still work on a paused tube.
 func TestReserveWithTimeoutZeroOnPausedTube(t *testing.T) {
 	t.Parallel()
@@ -359,7 +359,7 @@ func TestReserveWithTimeoutZeroOnPausedTube(t *testing.T) {
 	})
 }
 
-// Extra: pause and pause-time-left in stats-tube; the pause ends by itself
+// Pause and pause-time-left in stats-tube; the pause ends by itself
 // and re-pausing can shorten it.
 func TestPauseStatsAndExpiry(t *testing.T) {
 	t.Parallel()
@@ -394,7 +394,8 @@ func pauseStatsAndExpiry(t *testing.T, s *server) {
 	}
 }
 
-// Row 51 (issue #113): pause-tube 0 wakes a waiting reserver at once.
+// Upstream's cttest_unpause_tube (upstream issue #113): pause-tube 0 wakes
+// a waiting reserver at once.
 func TestUnpauseTube(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -410,7 +411,7 @@ func TestUnpauseTube(t *testing.T) {
 	expect(t, c1, "RESERVED 1 0\r\n\r\n")
 }
 
-// Extra: a job put into a paused tube while another watched tube is not
+// A job put into a paused tube while another watched tube is not
 // paused: the waiter gets the unpaused tube's job.
 func TestPausedTubeSkippedForOtherTube(t *testing.T) {
 	t.Parallel()

@@ -214,15 +214,8 @@ func (c *Client) linkReservedLocked(j *Job) {
 func (c *Client) unlinkReserved(j *Job) {
 	c.mu.Lock()
 	if j.inList {
-		if j.prev != nil {
-			j.prev.next = j.next
-		} else {
-			c.reserved = j.next
-		}
-		if j.next != nil {
-			j.next.prev = j.prev
-		}
-		j.prev, j.next, j.inList = nil, nil, false
+		j.unlinkFrom(&c.reserved, nil)
+		j.inList = false
 		c.nReserved--
 	}
 	c.mu.Unlock()
@@ -259,9 +252,11 @@ func (c *Client) Close() {
 		if st := c.wstate.Load(); st&stateMask == waiting && c.claim(st>>stateBits) {
 			c.finish(cancelled, c)
 		} else {
-			// A put on another loop may have claimed the wait after we set
-			// closed, then skipped us without unlinking: do it here (it is
-			// idempotent) so no node of a closed client stays queued.
+			// Another goroutine claimed the wait (a put on another loop,
+			// say, which found us closed): its finish unlinks our nodes
+			// only once it has released its tube lock. Unlink them here
+			// too (it is idempotent), so that none of a closed client's
+			// nodes is queued when Close returns.
 			c.unlinkNodes()
 		}
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -407,5 +408,128 @@ func TestConcurrentDeliveryExactlyOnce(t *testing.T) {
 	e.Stats(&st)
 	if st.CurrentJobsReady+st.CurrentJobsReserved != 0 || st.CurrentWaiting != 0 {
 		t.Fatalf("leftover gauges: %+v", st)
+	}
+}
+
+// lcg is a small deterministic random source for one test goroutine:
+// rnd(n) is in [0, n).
+func lcg(seed uint32) func(n uint32) uint32 {
+	return func(n uint32) uint32 { seed = seed*1664525 + 1013904223; return (seed >> 8) % n }
+}
+
+// TestGaugesAgreeWithTubesAndHeapsAfterChurn hammers the engine from
+// several goroutines (puts, parked and timed reserves, release with new
+// pri/delay, bury, kick, delete, watch/ignore, close and reconnect), then
+// quiesces and checks that the global gauges agree with the per-tube
+// counts and with the heaps, and that nothing stays reserved or waiting.
+func TestGaugesAgreeWithTubesAndHeapsAfterChurn(t *testing.T) {
+	e := New(4)
+	tubes := [][]byte{[]byte("default"), []byte("a"), []byte("b")}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rnd := lcg(uint32(g*7919 + 1))
+			c, ch := newTestClient(e, 1+g)
+			var held []uint64
+			for !stop.Load() {
+				switch rnd(12) {
+				case 0, 1:
+					c.Use(tubes[rnd(3)])
+					c.Put(e.Now(), e.NextID(), 1000+rnd(50), time.Duration(rnd(2))*time.Millisecond*time.Duration(rnd(5)), time.Second, []byte("x\r\n"))
+				case 2, 3:
+					j, o := c.Reserve(c.e.Now(), time.Duration(rnd(3))*time.Millisecond)
+					if o == Parked {
+						select {
+						case <-ch:
+							j, o = c.TakeWakeup()
+						case <-time.After(10 * time.Second):
+							t.Error("parked reserve never answered")
+							return
+						}
+					}
+					if o == GotJob {
+						held = append(held, j.ID)
+					}
+				case 4:
+					if len(held) > 0 {
+						c.Release(held[0], 1000+rnd(50), time.Duration(rnd(2))*time.Millisecond)
+						held = held[1:]
+					}
+				case 5:
+					if len(held) > 0 {
+						c.Bury(held[0], rnd(2000))
+						held = held[1:]
+					}
+				case 6:
+					if len(held) > 0 {
+						c.Delete(c.e.Now(), held[0])
+						held = held[1:]
+					}
+				case 7:
+					c.Use(tubes[rnd(3)])
+					c.Kick(rnd(4))
+				case 8:
+					c.Watch(tubes[rnd(3)])
+				case 9:
+					c.Ignore(tubes[rnd(3)])
+				case 10:
+					if rnd(4) == 0 {
+						c.Close()
+						c, ch = newTestClient(e, 1+g)
+						held = held[:0]
+					}
+				case 11:
+					for _, id := range held {
+						c.Touch(id)
+					}
+				}
+			}
+			c.Close()
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	stop.Store(true)
+	wg.Wait()
+	awaitNoDelayed(t, e, 10*time.Second) // 0-4 ms delays
+
+	var gs codec.ServerStats
+	e.Stats(&gs)
+	var sum [Deleted]int64
+	var urgentSum, urgentReal int64
+	for _, name := range e.AppendTubeNames(nil) {
+		tb := e.reg.lookup(name)
+		tb.mu.Lock()
+		for s := Ready; s < Deleted; s++ {
+			sum[s] += tb.count[s]
+		}
+		if int64(tb.ready.Len()) != tb.count[Ready] || int64(tb.delay.Len()) != tb.count[Delayed] || int64(tb.ttr.Len()) != tb.count[Reserved] {
+			t.Errorf("tube %s: heaps %d/%d/%d vs counts %v", name, tb.ready.Len(), tb.delay.Len(), tb.ttr.Len(), tb.count)
+		}
+		for _, j := range tb.ready.items {
+			if urgent(j.Pri) {
+				urgentReal++
+			}
+		}
+		urgentSum += tb.urgent
+		if tb.waiters.n != 0 {
+			t.Errorf("tube %s: %d waiters left with every client closed", name, tb.waiters.n)
+		}
+		tb.mu.Unlock()
+	}
+	if int64(gs.CurrentJobsReady) != sum[Ready] || int64(gs.CurrentJobsReserved) != sum[Reserved] ||
+		int64(gs.CurrentJobsDelayed) != sum[Delayed] || int64(gs.CurrentJobsBuried) != sum[Buried] {
+		t.Errorf("global %d/%d/%d/%d vs tubes %v", gs.CurrentJobsReady, gs.CurrentJobsReserved, gs.CurrentJobsDelayed, gs.CurrentJobsBuried, sum)
+	}
+	if sum[Reserved] != 0 {
+		t.Errorf("%d jobs still reserved after every client closed", sum[Reserved])
+	}
+	if int64(gs.CurrentJobsUrgent) != urgentSum || urgentSum != urgentReal {
+		t.Errorf("urgent: global %d, tubes %d, real %d", gs.CurrentJobsUrgent, urgentSum, urgentReal)
+	}
+	if gs.CurrentWaiting != 0 || gs.CurrentConnections != 0 {
+		t.Errorf("current-waiting %d, current-connections %d", gs.CurrentWaiting, gs.CurrentConnections)
 	}
 }

@@ -42,15 +42,6 @@ func (h *jobHeap) Push(j *Job) {
 	h.up(len(h.items)-1, j)
 }
 
-func (h *jobHeap) Pop() *Job {
-	if len(h.items) == 0 {
-		return nil
-	}
-	j := h.items[0]
-	h.Remove(j)
-	return j
-}
-
 // Remove takes j out of the heap; j must be in it.
 func (h *jobHeap) Remove(j *Job) {
 	i := int(j.heapIndex)

@@ -78,3 +78,13 @@ func TestHeapAgainstSortedModel(t *testing.T) {
 		}
 	}
 }
+
+// Pop removes and returns the top job, or nil.
+func (h *jobHeap) Pop() *Job {
+	if len(h.items) == 0 {
+		return nil
+	}
+	j := h.items[0]
+	h.Remove(j)
+	return j
+}

@@ -74,3 +74,21 @@ func (j *Job) ttrNs() int64 { return int64(j.ttr) * second }
 func (j *Job) State() State { return j.state }
 
 func urgent(pri uint32) bool { return pri < 1024 }
+
+// unlinkFrom takes j out of the list, linked through prev and next, whose
+// first job is *head: its tube's buried list or its owner's reserved list
+// (a job is in at most one). tail points at the list's last job, or is nil
+// for a list that keeps none (the reserved list: a Client stays small).
+func (j *Job) unlinkFrom(head, tail **Job) {
+	if j.prev != nil {
+		j.prev.next = j.next
+	} else {
+		*head = j.next
+	}
+	if j.next != nil {
+		j.next.prev = j.prev
+	} else if tail != nil {
+		*tail = j.prev
+	}
+	j.prev, j.next = nil, nil
+}

@@ -32,7 +32,7 @@ import "time"
 const (
 	idle uint64 = iota
 	waiting
-	claiming // a job is being assigned: the claimer is storing it
+	claiming // the wait is ending: the claimer is storing its answer
 	woke     // a job was assigned
 	wokeTimedOut
 	wokeDeadlineSoon
@@ -289,8 +289,10 @@ func (c *Client) TakeWakeup() (*Job, Outcome) {
 
 // CancelWait is for a parked connection that is half-closed by its peer:
 // upstream answers TIMED_OUT. It reports whether the wait was still open
-// (so the caller should answer TIMED_OUT); if a job was already assigned
-// the caller gets nothing and Close returns the job to ready.
+// (so the caller should answer TIMED_OUT). A wait that already has its
+// answer (a job assigned, a timeout, DEADLINE_SOON) is left for
+// TakeWakeup to return: an assigned job is then the client's like any job
+// it reserved, and Close gives it back if the client never deletes it.
 func (c *Client) CancelWait() bool {
 	if c.waitState == nil {
 		return false

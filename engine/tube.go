@@ -116,17 +116,7 @@ func (t *Tube) remove(j *Job, shard int) {
 	case Reserved:
 		t.ttr.Remove(j)
 	case Buried:
-		if j.prev != nil {
-			j.prev.next = j.next
-		} else {
-			t.buried.head = j.next
-		}
-		if j.next != nil {
-			j.next.prev = j.prev
-		} else {
-			t.buried.tail = j.prev
-		}
-		j.prev, j.next = nil, nil
+		j.unlinkFrom(&t.buried.head, &t.buried.tail)
 	}
 	t.count[s]--
 	t.e.ctr.add(shard, stateCounter(s), -1)

@@ -2,6 +2,7 @@ package loop
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beanpole/beanpole/codec"
+	"github.com/beanpole/beanpole/engine"
+	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,6 +22,52 @@ import (
 func startServer(t testing.TB, maxJob uint32) string {
 	t.Helper()
 	return startServerCfg(t, 2, maxJob, 0)
+}
+
+// startServerCfg is startServer with a custom loop count and flow-control
+// limits.
+func startServerCfg(t testing.TB, loops int, maxJob uint32, highWater int) string {
+	t.Helper()
+	addr, _ := startServerEng(t, loops, maxJob, highWater)
+	return addr
+}
+
+// startServerEng is startServerCfg that also gives the server's engine, for
+// tests that wait for a state by polling its stats.
+func startServerEng(t testing.TB, loops int, maxJob uint32, highWater int) (string, *engine.Engine) {
+	t.Helper()
+	eng := engine.New(loops)
+	srv, err := New(Config{Loops: loops, MaxJobSize: maxJob, Version: "test", Log: zerolog.Nop(), HighWater: highWater}, eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Stop(context.Background()) })
+	return ln.Addr().String(), eng
+}
+
+// awaitWaiting polls the engine until current-waiting is n.
+func awaitWaiting(t testing.TB, eng *engine.Engine, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var st codec.ServerStats
+		eng.Stats(&st)
+		if st.CurrentWaiting == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("current-waiting %d after 10 s, want %d", st.CurrentWaiting, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func dial(t testing.TB, addr string) net.Conn {

@@ -2,10 +2,12 @@
 // core) that decode pipelined commands straight out of gnet's inbound
 // buffer, hand them to the engine and batch the replies.
 //
-// beanpole owns the accept path (net.Listener + gnet Client.EnrollContext)
-// instead of letting gnet accept, because an accept error such as EMFILE
-// shuts a whole gnet engine down; owning it also serves unix sockets and
-// systemd-inherited listeners the same way.
+// beanpole accepts connections itself (accept.go: accept4 in batches on
+// its own copy of the listener's descriptor, each new descriptor handed to
+// a loop with the patched gnet's EnrollFD) instead of letting gnet accept,
+// because an accept error such as EMFILE shuts a whole gnet engine down;
+// owning it also serves unix sockets and systemd-inherited listeners the
+// same way.
 package loop
 
 import (
@@ -80,7 +82,7 @@ func (s *Server) SetInputBudget(n int64) {
 	s.inBudget = max(n/int64(s.cfg.Loops), int64(s.inCap))
 }
 
-// Server runs the event loops and the accept goroutines.
+// Server runs the event loops; each Serve accepts from one listener.
 type Server struct {
 	cfg   Config
 	eng   *engine.Engine
@@ -88,7 +90,7 @@ type Server struct {
 	log   zerolog.Logger
 	info  serverInfo
 	inCap int // input a parked or throttled connection may buffer
-	// inBudget is each loop's share of Config.InputBudget.
+	// inBudget is each loop's share of the input budget (SetInputBudget).
 	inBudget int64
 
 	mu          sync.Mutex
@@ -213,8 +215,8 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 	return ls
 }
 
-// Stop stops accepting, then stops the event loops (pending replies get a
-// best-effort flush) and waits for the accept goroutines.
+// Stop stops accepting (every Serve returns), then stops the event loops
+// (pending replies get a best-effort flush).
 func (s *Server) Stop(ctx context.Context) {
 	if s.stopping.Swap(true) {
 		return

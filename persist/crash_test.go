@@ -18,8 +18,9 @@ import (
 // at a time and prints each one once Append has acknowledged it, until it
 // is killed.
 func crashChild(dir string) {
-	opts := DefaultOptions(dir) // -b alone: fsync every 50 ms, ack after write(2)
-	opts.SegmentSize = 2048     // rotate and reclaim a lot
+	// -b alone: fsync every 50 ms, ack after write(2); small segments to
+	// rotate and reclaim a lot.
+	opts := Options{Dir: dir, WantSync: true, SyncEvery: 50 * time.Millisecond, SegmentSize: 2048}
 	l, rec, err := Open(opts, testLogger(nil))
 	if err != nil {
 		fmt.Println("open:", err)

@@ -2,39 +2,42 @@
 // changes that the in-memory engine replays at start-up. It replaces
 // upstream beanstalkd's walg.c/file.c with a checksummed, versioned,
 // little-endian format and fixes upstream's weaknesses: no checksums, one
-// bad record losing the rest of its file, deleted jobs coming back, ids reused after a restart, `buries` growing on
-// every restart, release with delay 0 losing its priority, fsync driven
-// only by the next write, synchronous preallocation, a new file per
-// restart, and old files pinned forever by a few long-lived jobs.
+// bad record losing the rest of its file, deleted jobs coming back, ids
+// reused after a restart, `buries` growing on every restart, release with
+// delay 0 losing its priority, fsync driven only by the next write,
+// synchronous preallocation, a new file per restart, and old files pinned
+// forever by a few long-lived jobs.
 //
 // # Use
 //
 //	lg, rec, err := persist.Open(opts, logger)  // lock, recover, start
 //	// load rec.Jobs into the engine; next job id = rec.MaxID+1
-//	err = lg.Append(record.AppendFull(buf, job), record.AckFunc(func(err error) { ... }))
+//	err = lg.Put(&job, record.AckFunc(func(err error) { ... }))
 //	...
 //	lg.Close()                                 // flush + fsync (SIGTERM)
 //
-// The engine encodes each change with package record's AppendFull (put, and compaction
-// rewrites), AppendDelete, AppendBury, AppendKick or AppendRelease (every
-// release, delay 0 included) and calls Append. Records of one job must be
-// appended in the order its changes happen: append while holding the lock
-// that guards the job. Reserve, touch, TTR expiry and delayed→ready are
-// not logged (replay makes reserved jobs ready, and delayed jobs carry a
-// wall-clock deadline). The engine also provides Options.Rewrite, which
-// re-appends the full record of jobs the log names, for compaction.
+// Log is the engine's Journal: one typed call per kind of change, Put (a
+// new job's full record), Delete, Release (every release, delay 0
+// included), Bury, Kick, and Rewrite (a fresh full record of a live job,
+// for compaction). Each encodes its record with package record, which owns
+// the payload format. Records of one job must be appended in the order its
+// changes happen: append while holding the lock that guards the job.
+// Reserve, touch, TTR expiry and delayed→ready are not logged (replay
+// makes reserved jobs ready, and delayed jobs carry a wall-clock
+// deadline). The engine also provides Options.Rewrite, which calls Rewrite
+// for the jobs the log names, for compaction.
 //
 // # Durability contract
 //
-// Append returns at once; its done callback runs on the log's writer
-// goroutine when the record is durable to the promised level. With
-// WantSync and SyncEvery == 0 (-f0) that is after an fsync covering it
-// (many records share one write and one fsync: group commit). Otherwise
-// (-f MS, or -F) it is after write(2): the record is in the kernel and
-// survives the process being killed, but not a power loss until the next
-// fsync, which with -f MS a timer issues at most every MS and at the latest
-// MS after any write. Records are written in Append order, so after the
-// process dies recovery sees exactly a prefix of what was appended: every
+// Each call returns at once; its ack runs on the log's writer goroutine
+// when the record is durable to the promised level. With WantSync and
+// SyncEvery == 0 (-f0) that is after an fsync covering it (many records
+// share one write and one fsync: group commit). Otherwise (-f MS, or -F) it
+// is after write(2): the record is in the kernel and survives the process
+// being killed, but not a power loss until the next fsync, which with -f MS
+// a timer issues at most every MS and at the latest MS after any write.
+// Records are written in the order they were appended, so after the process
+// dies recovery sees exactly a prefix of what was appended: every
 // acknowledged record, possibly some not yet acknowledged, never a record
 // without those appended before it. After a power loss the same holds for
 // everything fsynced; damage in data that was not is reported. A write or
@@ -69,8 +72,8 @@
 //
 // The first frame of every segment is an id mark: the highest job id in
 // any earlier frame, so old segments can be deleted without job ids ever
-// being handed out twice. Payloads (see job.go) start with a kind byte and
-// the job id:
+// being handed out twice. Payloads (package record) start with a kind byte
+// and the job id:
 //
 //	1 full     id, pri, state, delay, ttr, created, deadline, buried-seq,
 //	           counters ×5, tube, body
@@ -108,9 +111,10 @@
 // jobs pinning the head segment are rewritten forward through
 // Options.Rewrite, so a few long-lived jobs cannot keep old segments alive.
 //
-// File layout: frame.go (framing), job.go (payloads), segment.go, space.go
-// (reservation, preallocation), writer.go (group commit), syncer.go
-// (timer fsync), reclaim.go, compact.go, scan.go + replay.go + recover.go
-// (recovery), lock*.go, fs*.go (the injectable filesystem), log.go (API),
-// stats.go, options.go, errors.go.
+// File layout: frame.go (framing), segment.go, space.go (reservation,
+// preallocation), writer.go (group commit), syncer.go (timer fsync),
+// reclaim.go, compact.go, scan.go + replay.go + recover.go (recovery),
+// import*.go (carrying an upstream binlog over; package upstream reads
+// it), lock*.go, fs*.go (the injectable filesystem), log.go (API),
+// stats.go, options.go, errors.go. The payloads are package record's.
 package persist

@@ -18,16 +18,16 @@ var (
 	ErrNoSpace = record.ErrNoSpace
 
 	// ErrFailed: a write or fsync failed, so nothing written after it can be
-	// promised durable. Every later Append returns it (wrapped with the
+	// promised durable. Every later append returns it (wrapped with the
 	// cause), and every record queued but not yet written is acknowledged
 	// with it.
 	ErrFailed = errors.New("binlog: write failed")
 
-	// ErrClosed: Append after Close.
+	// ErrClosed: an append after Close.
 	ErrClosed = errors.New("binlog: closed")
 
-	// ErrBadRecord: Append was given bytes that are not a record made by
-	// record.Append* encoders.
+	// ErrBadRecord: a record the log refuses to read or write: not one
+	// package record encodes, or a full record for job id 0.
 	ErrBadRecord = record.ErrBad
 
 	// ErrFormat: the directory holds a segment this version cannot read

@@ -468,3 +468,20 @@ func frames(t testing.TB, path string) (offs []int64, ends []int64) {
 	}
 	return offs, ends
 }
+
+// Append queues one record already encoded by package record's
+// Append* functions, as the typed appenders (Put, Delete, ...) queue the
+// records they encode, so tests can hand the log any kind of record, a
+// rewrite (a full record of a live job) included, or bytes that are none
+// (ErrBadRecord). rec is copied.
+func (l *Log) Append(rec []byte, ack record.Ack) error {
+	// Refuse what recovery would not accept.
+	var r record.Record
+	if err := record.Decode(rec, &r); err != nil {
+		return err
+	}
+	if r.Kind == record.KindHighWater || r.ID == 0 {
+		return fmt.Errorf("%w: %v record for job %d", ErrBadRecord, r.Kind, r.ID)
+	}
+	return l.place(rec, r.Kind, r.ID, ack)
+}

@@ -13,8 +13,9 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Log is an open binlog directory. Append, FileOf, Stats and Compact are
-// safe for concurrent use.
+// Log is an open binlog directory. Its appenders (Put, Delete, Release,
+// Bury, Kick, Rewrite), FileOf, Stats and Compact are safe for concurrent
+// use.
 type Log struct {
 	opts    Options
 	maxSize int64 // -s as given, for binlog-max-size
@@ -137,38 +138,21 @@ func Open(opts Options, log zerolog.Logger) (*Log, *Recovered, error) {
 	return l, rec, nil
 }
 
-// Append queues one record, made by AppendFull, AppendDelete, AppendBury,
-// AppendKick or AppendRelease, and returns at once; rec is copied, so the
-// caller may reuse it as soon as Append returns. The typed appenders (Put,
-// Delete, Release, Bury, Kick, Rewrite) do the encoding themselves.
+// Put queues the full record of a new job. Put, Delete, Release, Bury,
+// Kick and Rewrite each encode their record with package record and
+// return at once.
 //
-// If Append returns an error the record was not queued and ack is never
-// called: ErrNoSpace (answer a put with OUT_OF_MEMORY), ErrFailed,
-// ErrClosed or ErrBadRecord. Otherwise ack, if not nil, is called exactly
-// once from the log's writer goroutine (see Ack). Acks are called in the
-// order their records were appended.
+// If one returns an error the record was not queued and ack is never
+// called: ErrNoSpace (answer a put with OUT_OF_MEMORY), ErrFailed or
+// ErrClosed. Otherwise ack, if not nil, is called exactly once from the
+// log's writer goroutine (see record.Ack). Acks are called in the order
+// their records were appended.
 //
-// Records of one job must be appended in the order its changes happen; the
-// simple way is to call Append while holding the lock that guards the job.
-// Append never blocks on I/O except in the rare case that the next segment
-// must be created on the spot (the background preallocator fell behind).
-//
-// A full record for a job that is already live is a rewrite (compaction):
-// it moves the job's pin to the new record and counts as migrated.
-func (l *Log) Append(rec []byte, ack record.Ack) error {
-	// Validate exactly what recovery will accept, so that an engine bug
-	// fails here instead of showing up as corruption after a restart.
-	var r record.Record
-	if err := record.Decode(rec, &r); err != nil {
-		return err
-	}
-	if r.Kind == record.KindHighWater || r.ID == 0 {
-		return fmt.Errorf("%w: %v record for job %d", ErrBadRecord, r.Kind, r.ID)
-	}
-	return l.place(rec, r.Kind, r.ID, ack)
-}
-
-// Put queues the full record of a new job.
+// Records of one job must be appended in the order its changes happen;
+// the simple way is to append while holding the lock that guards the job.
+// Appending never blocks on I/O except in the rare case that the next
+// segment must be created on the spot (the background preallocator fell
+// behind).
 func (l *Log) Put(j *record.Job, ack record.Ack) error {
 	b := getScratch()
 	*b = record.AppendFull((*b)[:0], j)
@@ -177,7 +161,8 @@ func (l *Log) Put(j *record.Job, ack record.Ack) error {
 	return err
 }
 
-// Rewrite queues a fresh full record of a live job (Options.Rewrite).
+// Rewrite queues a fresh full record of a live job (Options.Rewrite): it
+// moves the job's pin to the new record and counts as migrated.
 func (l *Log) Rewrite(j *record.Job) error { return l.Put(j, nil) }
 
 // Delete queues a delete record.
@@ -186,19 +171,19 @@ func (l *Log) Delete(id uint64, ack record.Ack) error {
 	return l.place(record.AppendDelete(b[:0], id), record.KindDelete, id, ack)
 }
 
-// Release queues a release record (see AppendRelease).
+// Release queues a release record (see record.AppendRelease).
 func (l *Log) Release(id uint64, pri uint32, delay time.Duration, deadline int64, c record.Counters, ack record.Ack) error {
 	var b [64]byte
 	return l.place(record.AppendRelease(b[:0], id, pri, delay, deadline, c), record.KindRelease, id, ack)
 }
 
-// Bury queues a bury record (see AppendBury).
+// Bury queues a bury record (see record.AppendBury).
 func (l *Log) Bury(id uint64, pri uint32, buriedSeq uint64, c record.Counters, ack record.Ack) error {
 	var b [64]byte
 	return l.place(record.AppendBury(b[:0], id, pri, buriedSeq, c), record.KindBury, id, ack)
 }
 
-// Kick queues a kick record (see AppendKick).
+// Kick queues a kick record (see record.AppendKick).
 func (l *Log) Kick(id uint64, c record.Counters, ack record.Ack) error {
 	var b [64]byte
 	return l.place(record.AppendKick(b[:0], id, c), record.KindKick, id, ack)

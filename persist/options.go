@@ -9,8 +9,6 @@ import (
 const (
 	// DefaultSegmentSize is upstream's -s default.
 	DefaultSegmentSize = 10 << 20
-	// DefaultSyncEvery is upstream's -f default since 1.12.
-	DefaultSyncEvery = 50 * time.Millisecond
 	// MinSegmentSize keeps a segment able to hold its header, its id mark
 	// and a few records; smaller -s values are raised to it.
 	MinSegmentSize = 512
@@ -42,7 +40,7 @@ type Options struct {
 	// Rewrite is the compaction hook. The log calls it, from its own
 	// compaction goroutine and without holding any of its locks, with ids
 	// of live jobs whose full record pins an old segment. For each id that
-	// still exists, Rewrite must Append a fresh full record (AppendFull of
+	// still exists, Rewrite must queue a fresh full record (Log.Rewrite of
 	// the job as it is now) before returning, in the same way and under the
 	// same lock as the job's other records so that they stay in order; ids
 	// that no longer exist are skipped. Errors (ErrNoSpace) may be ignored:
@@ -57,12 +55,6 @@ type Options struct {
 
 	// FS is the filesystem; nil means OSFS. Tests inject faults here.
 	FS FS
-}
-
-// DefaultOptions are the options -b dir alone gives upstream: fsync at most
-// every 50 ms, 10 MiB segments.
-func DefaultOptions(dir string) Options {
-	return Options{Dir: dir, WantSync: true, SyncEvery: DefaultSyncEvery, SegmentSize: DefaultSegmentSize}
 }
 
 func (o *Options) normalize() error {

@@ -11,7 +11,7 @@ import (
 // A segment is one binlog.N file. Records never straddle segments.
 //
 // Life cycle: created preallocated and all zero (a spare) → current: the
-// placement point, where Append puts records → sealed once the writer has
+// placement point, where appends put records → sealed once the writer has
 // moved past it: fsynced, trimmed to its used length, closed → reclaimed
 // (unlinked) from the head of the list once no live job's latest full
 // record is in it.

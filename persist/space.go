@@ -13,7 +13,7 @@ import (
 //
 // Every byte a record will occupy is already allocated on disk (the current
 // segment's free part and the preallocated spares), so a record that has
-// been placed can always be written. Placement happens in Append, under
+// been placed can always be written. Placement happens in Log.place, under
 // Log.mu, in log order, and decides the segment and offset of each frame;
 // the writer just writes them there.
 //

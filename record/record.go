@@ -226,8 +226,9 @@ type Record struct {
 	Body      []byte
 }
 
-// Peek checks that p is a well-formed payload and returns its kind
-// and id. It is the whole validation Append does.
+// Peek checks that p is a well-formed payload and returns its kind and
+// id without decoding the rest (the binlog's scan of damaged data uses it
+// to name the jobs involved).
 func Peek(p []byte) (Kind, uint64, error) {
 	if len(p) < MinPayloadSize {
 		return 0, 0, fmt.Errorf("%w: %d bytes", ErrBad, len(p))

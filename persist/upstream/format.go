@@ -69,7 +69,7 @@ const maxRecordHead = 8 + MaxTubeName + 80
 // Version reads the first bytes of a binlog.N file. ok reports whether
 // they are an upstream header at all: beanpole's own files start with
 // "BPBINLOG" and files never written with zeros, and neither is. v is the
-// version as stored, whether or not this package reads it (see Readable).
+// version as stored, whether or not this package reads it (see layoutOf).
 func Version(head []byte) (v uint32, ok bool) {
 	if len(head) < headerSize {
 		return 0, false
@@ -98,13 +98,8 @@ type versionError string
 func (e versionError) Error() string { return string(e) }
 func (e versionError) Unwrap() error { return ErrVersion }
 
-// Readable says whether files of version v can be read, and if not why
-// not (an error wrapping ErrVersion).
-func Readable(v uint32) error {
-	_, err := layoutOf(v)
-	return err
-}
-
+// layoutOf is the layout of files of version v, or why they cannot be
+// read (an error wrapping ErrVersion).
 func layoutOf(v uint32) (layout, error) {
 	switch {
 	case v == 7:

@@ -48,7 +48,7 @@ type Replay struct {
 	tubes    intern.Strings
 	maxID    uint64
 	records  int
-	ignored  int
+	ignored  int // records that named a job no full record had
 	buries   uint64
 	files    int
 	last     uint64
@@ -69,7 +69,7 @@ func (rp *Replay) path(seq uint64) string {
 // ReadFile reads dir/binlog.seq through r, whose size is size. Files must
 // come in increasing order of seq; one missing from the run is reported as
 // damage. The error is an I/O error, or a version that cannot be read
-// (see Readable): then nothing of that file was applied.
+// (an error wrapping ErrVersion): then nothing of that file was applied.
 func (rp *Replay) ReadFile(seq uint64, r io.ReaderAt, size int64) error {
 	if seq <= rp.last {
 		return fmt.Errorf("%s: read after binlog.%d: files must be read in order", rp.path(seq), rp.last)
@@ -248,10 +248,8 @@ func (rp *Replay) Jobs() []*Job {
 // found past damage included.
 func (rp *Replay) MaxID() uint64 { return rp.maxID }
 
-// Records counts the records read; Ignored those among them that named a
-// job no full record had.
+// Records counts the records read.
 func (rp *Replay) Records() int { return rp.records }
-func (rp *Replay) Ignored() int { return rp.ignored }
 
 // Files counts the files read.
 func (rp *Replay) Files() int { return rp.files }

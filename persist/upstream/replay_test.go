@@ -45,8 +45,8 @@ func TestReplayLastRecordWins(t *testing.T) {
 	if j := got[3]; j.State != Ready || j.Deadline != 0 || j.Kicks != 1 || j.Buries != 1 || j.Timeouts != 1 || j.TTR != time.Minute || j.CreatedAt != 1767225600e9 {
 		t.Errorf("job 3 (buried, kicked): %+v", j)
 	}
-	if rp.MaxID() != 41 || rp.Records() != 11 || rp.Ignored() != 2 || len(rp.Damage()) != 0 {
-		t.Errorf("max id %d, %d records, %d ignored, damage %v", rp.MaxID(), rp.Records(), rp.Ignored(), rp.Damage())
+	if rp.MaxID() != 41 || rp.Records() != 11 || rp.ignored != 2 || len(rp.Damage()) != 0 {
+		t.Errorf("max id %d, %d records, %d ignored, damage %v", rp.MaxID(), rp.Records(), rp.ignored, rp.Damage())
 	}
 }
 
@@ -136,7 +136,7 @@ func TestVersions(t *testing.T) {
 		if !ok {
 			continue
 		}
-		err := Readable(v)
+		_, err := layoutOf(v)
 		if (c.refusal == "") != (err == nil) || (err != nil && (!strings.Contains(err.Error(), c.refusal) || !errors.Is(err, ErrVersion))) {
 			t.Errorf("% x: %v, want %q", c.head, err, c.refusal)
 		}
