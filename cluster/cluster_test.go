@@ -40,7 +40,7 @@ func newGroup(t *testing.T, n int) *group {
 	}
 	for i := range n {
 		nd, err := Open(Config{ID: members[i].ID, Dir: t.TempDir(), Bootstrap: members, Transport: g.trans[i],
-			HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, LogOutput: io.Discard})
+			LogOutput: io.Discard})
 		if err != nil {
 			t.Fatal(err)
 		}

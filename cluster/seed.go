@@ -8,7 +8,7 @@ import (
 )
 
 // seedEntryBytes is the size at which Seed cuts its entries.
-const seedEntryBytes = 4 << 20
+const seedEntryBytes = 1 << 20
 
 // Seed replicates jobs (from a binlog) into an empty group, as full
 // records in entries of about seedEntryBytes, and an id mark for maxID so
