@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/hashicorp/raft"
 
@@ -322,4 +323,33 @@ func TestSeedReplicatesABinlogsJobsAndItsHighestID(t *testing.T) {
 		t.Fatal("a second seed of a group that holds jobs was not refused")
 	}
 	_ = jl
+}
+
+func TestLeaderHoldsEachBodyOnce(t *testing.T) {
+	g := newGroup(t, 3)
+	leader, jl := g.leader()
+	j := job(1)
+	a := newAcks(1)
+	if err := jl.Put(j, a.ack(0)); err != nil {
+		t.Fatal(err)
+	}
+	a.wait(t)
+	leader.FSM.mu.Lock()
+	held := leader.FSM.live.Jobs[1].Body
+	leader.FSM.mu.Unlock()
+	if unsafe.SliceData(held) != unsafe.SliceData(j.Body) {
+		t.Fatal("the leader's state holds a copy of the body the engine put, not the engine's own")
+	}
+	for _, nd := range g.nodes {
+		if nd == leader {
+			continue
+		}
+		g.converged(leader)
+		nd.FSM.mu.Lock()
+		b := nd.FSM.live.Jobs[1].Body
+		nd.FSM.mu.Unlock()
+		if string(b) != string(j.Body) || unsafe.SliceData(b) == unsafe.SliceData(j.Body) {
+			t.Fatal("a follower's body is not its own copy of the put's")
+		}
+	}
 }

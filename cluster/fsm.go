@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -38,6 +40,9 @@ type FSM struct {
 	// clients are the client addresses of every node that has led.
 	clients map[string]string
 	m       *metrics // nil in tests of the FSM alone
+	// lent, on the leader, is its journal's Lent: the engine's copy of a
+	// body it put, shared instead of copied.
+	lent atomic.Pointer[func(id uint64) ([]byte, bool)]
 }
 
 // NewFSM is an empty state.
@@ -68,8 +73,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	case entryRecords:
 		return eachRecord(l.Data[1:], func(r *record.Record) error {
 			if r.Kind == record.KindFull {
-				// The entry's buffer is raft's; a job outlives it.
-				r.Body = append([]byte(nil), r.Body...)
+				r.Body = f.keep(r.ID, r.Body)
 			}
 			f.live.Apply(r, f.tube)
 			return nil
@@ -81,6 +85,18 @@ func (f *FSM) Apply(l *raft.Log) any {
 		return nil
 	}
 	return fmt.Errorf("cluster: entry %d has unknown type %d", l.Index, l.Data[0])
+}
+
+// keep is the body to hold for a full record of job id: the engine's own
+// copy when this node's journal put the job with these bytes, otherwise a
+// copy of the entry's (the entry's buffer is raft's; a job outlives it).
+func (f *FSM) keep(id uint64, body []byte) []byte {
+	if lent := f.lent.Load(); lent != nil {
+		if b, ok := (*lent)(id); ok && bytes.Equal(b, body) {
+			return b
+		}
+	}
+	return append([]byte(nil), body...)
 }
 
 // State is what the leader's engine is loaded from: the live jobs in id

@@ -39,6 +39,13 @@ type Journal struct {
 	flight  chan inflight
 	done    chan struct{}
 	latency prometheus.Observer // apply to commit, per entry
+
+	// lent holds the body of each put not yet applied to this node's
+	// state, by job id: the engine's own slice, which never changes once
+	// put. The state takes it (Lent) instead of copying the entry's bytes,
+	// so the leader holds each body once, not twice.
+	lentMu sync.Mutex
+	lent   map[uint64][]byte
 }
 
 type inflight struct {
@@ -48,7 +55,8 @@ type inflight struct {
 }
 
 func newJournal(r *raft.Raft, latency prometheus.Observer) *Journal {
-	j := &Journal{r: r, latency: latency, wake: make(chan struct{}, 1), flight: make(chan inflight, maxInFlight), done: make(chan struct{})}
+	j := &Journal{r: r, latency: latency, wake: make(chan struct{}, 1), flight: make(chan inflight, maxInFlight),
+		done: make(chan struct{}), lent: make(map[uint64][]byte)}
 	go j.batcher()
 	go j.completer()
 	return j
@@ -89,7 +97,20 @@ func (j *Journal) Put(job *record.Job, ack record.Ack) error {
 		return err
 	}
 	j.entry = record.AppendFull(j.entry, job)
+	j.lentMu.Lock()
+	j.lent[job.ID] = job.Body
+	j.lentMu.Unlock()
 	return j.end(at, ack)
+}
+
+// Lent hands the state the engine's body of job id, once, if this journal
+// put it and it is not applied yet.
+func (j *Journal) Lent(id uint64) ([]byte, bool) {
+	j.lentMu.Lock()
+	b, ok := j.lent[id]
+	delete(j.lent, id)
+	j.lentMu.Unlock()
+	return b, ok
 }
 
 // Delete queues a delete record.

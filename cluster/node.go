@@ -189,7 +189,10 @@ func (n *Node) AwaitLeadership(ctx context.Context) (*Journal, error) {
 	}
 	n.confirmed.Store(&start)
 	go n.confirmLead()
-	return newJournal(n.Raft, n.m.apply), nil
+	jl := newJournal(n.Raft, n.m.apply)
+	lent := jl.Lent
+	n.FSM.lent.Store(&lent)
+	return jl, nil
 }
 
 // confirmLead asks a majority, over and over, whether this node still
