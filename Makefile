@@ -33,6 +33,7 @@ test: vet
 	cd bench && $(GO) test -count=1 ./...
 	@$(MAKE) --no-print-directory race
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=500000x ./codec
+	$(GO) test -run='^$$' -fuzz=FuzzDecoder -fuzztime=200000x ./codec
 
 # The race detector over the concurrent packages' own tests, then over the
 # server as the whole e2e suite drives it: a -race build of the server as

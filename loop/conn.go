@@ -8,16 +8,6 @@ import (
 	"github.com/panjf2000/gnet/v2"
 )
 
-// phase is where a connection's input parser is.
-type phase uint8
-
-const (
-	phaseCommand     phase = iota // expecting a command line
-	phaseBody                     // reading a put body
-	phaseSkip                     // discarding an oversized put body (JOB_TOO_BIG)
-	phaseDiscardLine              // discarding an over-long line up to its CRLF
-)
-
 // conn is one client connection. Every field is owned by the connection's
 // event loop.
 type conn struct {
@@ -25,8 +15,7 @@ type conn struct {
 	ls *loopState
 	// cl is the engine's side of the connection, kept inside it: one
 	// allocation per connection, not two (engine.InitClient).
-	cl    engine.Client
-	phase phase
+	cl engine.Client
 
 	parked    bool // a reserve is waiting: input after it stays buffered
 	throttled bool // too much unsent output: input waits
@@ -131,15 +120,39 @@ type heldEntry struct {
 }
 
 type putState struct {
+	// dec frames c's input while it is inside a command (a put body, an
+	// over-long line being discarded); see conn.decoder.
+	dec  codec.Decoder
 	put  putHeader
 	body []byte
 	// bodyCharged is what body is charged against the memory ceiling
 	// (growBody); a body cloned whole in one pass is not.
 	bodyCharged int64
-	skip        uint64 // body bytes of a refused put still to drop
-	// skipNoMemory: the put being dropped did not fit under the memory
-	// ceiling (OUT_OF_MEMORY), rather than being over -z (JOB_TOO_BIG).
-	skipNoMemory bool
+}
+
+// decoder is c's input decoder. A connection between commands needs none
+// of its own, so one without connExtra (idle, or a worker without -b)
+// borrows its loop's, which is always between commands when a pass
+// starts; keepDecoder moves it into c once a line leaves it inside one.
+func (c *conn) decoder() *codec.Decoder {
+	d := &c.ls.dec
+	if c.connExtra != nil {
+		d = &c.dec
+	}
+	d.MaxJobSize = c.ls.s.cfg.MaxJobSize
+	return d
+}
+
+// keepDecoder gives c the loop's decoder d if it is no longer between
+// commands, returning the decoder c goes on with.
+func (c *conn) keepDecoder(d *codec.Decoder) *codec.Decoder {
+	if d != &c.ls.dec || d.Idle() {
+		return d
+	}
+	x := c.extra()
+	x.dec = *d
+	d.Reset()
+	return &x.dec
 }
 
 // hold moves the replies batched since p (one command's, which appended

@@ -29,12 +29,10 @@ func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Act
 	cl := &c.cl
 	switch cmd.Op {
 	case codec.OpPut:
-		c.extra()
-		if cmd.Bytes > s.cfg.MaxJobSize {
-			// Upstream reads and drops the body before answering, even
-			// when the line also has trailing garbage.
-			c.skip = uint64(cmd.Bytes) + 2
-			c.phase = phaseSkip
+		if c.extra().dec.Skipping() {
+			// Over -z: upstream reads and drops the body before
+			// answering JOB_TOO_BIG, even when the line also has
+			// trailing garbage.
 			return gnet.None
 		}
 		if st == codec.PutTrailingGarbage {
@@ -45,7 +43,6 @@ func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Act
 		c.put = putHeader{id: s.eng.NextID(), pri: cmd.Pri, delay: cmd.Delay, ttr: cmd.TTR, bytes: cmd.Bytes}
 		// readBody allocates the body when it sees the first of it.
 		c.body = nil
-		c.phase = phaseBody
 	case codec.OpReserve, codec.OpReserveWithTimeout:
 		cl.MarkWorker()
 		timeout := time.Duration(-1)
@@ -208,16 +205,11 @@ func (s *Server) reserveReply(c *conn, j *engine.Job, outcome engine.Outcome) {
 	}
 }
 
-// finishPut runs once a put body has fully arrived.
+// finishPut runs once a put body that ends in CRLF has fully arrived.
 func (s *Server) finishPut(c *conn) {
 	out := &c.ls.out
 	body := c.body
 	c.body = nil
-	n := len(body)
-	if body[n-2] != '\r' || body[n-1] != '\n' {
-		out.buf = append(out.buf, codec.RepExpectedCRLF...)
-		return
-	}
 	if s.eng.Draining() {
 		out.buf = append(out.buf, codec.RepDraining...)
 		return

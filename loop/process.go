@@ -1,7 +1,6 @@
 package loop
 
 import (
-	"bytes"
 	"time"
 
 	"github.com/beanpole/beanpole/codec"
@@ -9,12 +8,6 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
 )
-
-// maxLine is the longest command line including CRLF (docs/behaviour.md, 'Long lines':
-// upstream's LINE_BUF_SIZE, `pause-tube <200 chars> 4294967295\r\n`).
-const maxLine = 224
-
-var crlf = []byte("\r\n")
 
 // directBody is how much of a put body must have arrived before the rest is
 // read from the socket straight into it: below that, gnet's one read per
@@ -123,68 +116,54 @@ func (s *Server) pass(c *conn) gnet.Action {
 	action := gnet.None
 	ran, check, checkFrom := 0, sliceFrom, 0
 	var sliceStart time.Time
-	for off < len(buf) && !c.parked {
+	d := c.decoder()
+	var f codec.Frame
+	for !c.parked {
 		p, from := out.pos(), c.appended()
-		switch c.phase {
-		case phaseSkip:
-			n := uint64(len(buf) - off)
-			if n > c.skip {
-				n = c.skip
-			}
-			off += int(n)
-			c.skip -= n
-			if c.skip == 0 {
-				c.phase = phaseCommand
-				if c.skipNoMemory {
-					c.skipNoMemory = false
-					out.buf = append(out.buf, codec.RepOutOfMemory...)
-				} else {
-					out.buf = append(out.buf, codec.RepJobTooBig...)
-				}
-			}
-		case phaseBody:
-			off += c.readBody(buf[off:])
-			if c.phase == phaseBody && off == len(buf) && len(c.body) >= directBody && len(c.body) < int(c.put.bytes)+2 {
-				c.readBodyDirect()
-			}
-			if c.phase == phaseBody && len(c.body) == int(c.put.bytes)+2 {
-				c.phase = phaseCommand
-				c.releaseBody() // the job is charged for it
-				s.finishPut(c)
-			}
-		case phaseDiscardLine:
-			if i := bytes.Index(buf[off:], crlf); i >= 0 {
-				off += i + 2
-				c.phase = phaseCommand
-				out.buf = append(out.buf, codec.RepBadFormat...)
-			} else {
-				off = keepTrailingCR(buf, off)
-				goto done // a lone trailing '\r' waits for its '\n'
-			}
-		case phaseCommand:
-			window := buf[off:min(len(buf), off+maxLine)]
-			i := bytes.Index(window, crlf)
-			if i < 0 {
-				if len(window) == maxLine {
-					// Too long to be a command: discard through the next
-					// CRLF and answer one BAD_FORMAT, keeping the connection.
-					c.phase = phaseDiscardLine
-					continue
-				}
-				goto done // incomplete line: wait for more
-			}
-			var cmd codec.Command
-			st := codec.Parse(window[:i], &cmd)
-			if s.mustAwait(c, st, cmd.Op) {
+		d.Next(buf[off:], &f)
+		d = c.keepDecoder(d)
+		switch f.Event {
+		case codec.More:
+			off += f.N
+			goto done // an incomplete line, or all there is of a body
+		case codec.Line:
+			if s.mustAwait(c, f.Status, f.Cmd.Op) {
 				c.awaiting = true
 				goto done // the line stays buffered until the log wakes us
 			}
-			off += i + 2
-			if act := s.dispatch(c, st, &cmd); act != gnet.None {
+			off += f.N
+			if act := s.dispatch(c, f.Status, &f.Cmd); act != gnet.None {
 				s.settle(c, p, from)
 				action = act
 				goto done
 			}
+		case codec.BodyPart:
+			off += f.N
+			if c.readBody(f.Body) && off == len(buf) && len(c.body) >= directBody {
+				c.readBodyDirect(d)
+			}
+		case codec.Body, codec.ExpectedCRLF:
+			off += f.N
+			if c.readBody(f.Body) {
+				c.releaseBody() // the job is charged for it
+				if f.Event == codec.Body {
+					s.finishPut(c)
+				} else {
+					c.body = nil
+					out.buf = append(out.buf, codec.RepExpectedCRLF...)
+				}
+			}
+		case codec.JobTooBig:
+			off += f.N
+			out.buf = append(out.buf, codec.RepJobTooBig...)
+		case codec.Dropped: // refuseBody
+			off += f.N
+			out.buf = append(out.buf, codec.RepOutOfMemory...)
+		case codec.LineTooLong:
+			// Too long to be a command: discarded through its CRLF and
+			// answered with one BAD_FORMAT, keeping the connection.
+			off += f.N
+			out.buf = append(out.buf, codec.RepBadFormat...)
 		}
 		s.settle(c, p, from)
 		// Near the memory ceiling each reply is written on its own, so
@@ -324,15 +303,6 @@ func (s *Server) mustAwait(c *conn, st codec.Status, op codec.Op) bool {
 	return acked < appended
 }
 
-// keepTrailingCR consumes buf[off:] except a final '\r', which may be the
-// first half of a CRLF split across reads.
-func keepTrailingCR(buf []byte, off int) int {
-	if n := len(buf); n > off && buf[n-1] == '\r' {
-		return n - 1
-	}
-	return len(buf)
-}
-
 // chargeOutput brings the charge for c's unsent output (what gnet holds
 // because the socket did not take it) against the memory ceiling
 // (MemReplies) up to date. It reports false when the output is past the
@@ -411,27 +381,25 @@ func (s *Server) holdInput(c *conn, n int) {
 // records, or its output to drain.
 func (c *conn) waits() bool { return c.parked || c.awaiting || c.throttled || c.heldPending() }
 
-// readBody copies as much of the put body as buf holds. A body that is all
-// there is cloned in one go (append does not zero memory it is about to
-// overwrite) and becomes a job in this pass. Otherwise the body is held
-// across passes and charged against the memory ceiling as it grows
-// (growBody), so a client that announces a large body and sends a byte of
-// it holds a few bytes, not the body's size. Should the body not fit, the
-// rest of it is dropped and the put answered OUT_OF_MEMORY.
-func (c *conn) readBody(buf []byte) int {
-	need := int(c.put.bytes) + 2
-	have := len(c.body)
-	n := min(len(buf), need-have)
-	if c.body == nil && n == need {
-		c.body = append([]byte(nil), buf[:n]...)
-		return n
+// readBody copies p, the next part of the put body, and reports whether
+// it fit. A body that is all in p is cloned in one go (append does not
+// zero memory it is about to overwrite) and becomes a job in this pass.
+// Otherwise the body is held across passes and charged against the memory
+// ceiling as it grows (growBody), so a client that announces a large body
+// and sends a byte of it holds a few bytes, not the body's size. Should the
+// body not fit, the rest of it is dropped and the put answered
+// OUT_OF_MEMORY (refuseBody).
+func (c *conn) readBody(p []byte) bool {
+	if c.body == nil && len(p) == int(c.put.bytes)+2 {
+		c.body = append([]byte(nil), p...)
+		return true
 	}
-	if have+n > cap(c.body) && !c.growBody(have+n) {
+	if want := len(c.body) + len(p); want > cap(c.body) && !c.growBody(want) {
 		c.refuseBody()
-		return 0
+		return false
 	}
-	c.body = append(c.body, buf[:n]...)
-	return n
+	c.body = append(c.body, p...)
+	return true
 }
 
 // growBody makes room for at least want bytes of the put body and charges
@@ -473,32 +441,31 @@ func (c *conn) releaseBody() {
 // and, as upstream does when malloc fails, reads and discards the rest of
 // it before answering OUT_OF_MEMORY.
 func (c *conn) refuseBody() {
-	c.skip = uint64(c.put.bytes) + 2 - uint64(len(c.body))
-	c.skipNoMemory = true
+	c.dec.Drop() // its Dropped event answers
 	c.body = nil
 	c.releaseBody()
-	c.phase = phaseSkip
 }
 
 // readBodyDirect reads the rest of a large put body from the socket
 // straight into the job's memory, as upstream does, instead of letting gnet
-// copy it into its buffer first and us copy it out again. It runs on the
+// copy it into its buffer first and us copy it out again, and tells d. It runs on the
 // connection's own loop with gnet's buffer fully consumed, so no bytes can
 // overtake each other; it stops at EAGAIN (gnet's level-triggered poll
 // brings the rest) and leaves errors and EOF for gnet's next read to see.
-func (c *conn) readBodyDirect() {
-	need := int(c.put.bytes) + 2
-	for len(c.body) < need {
+func (c *conn) readBodyDirect(d *codec.Decoder) {
+	for d.BodyLeft() > 0 {
 		if len(c.body) == cap(c.body) && !c.growBody(len(c.body)+1) {
 			c.refuseBody()
 			return
 		}
-		end := min(need, cap(c.body))
-		n, err := unix.Read(c.gc.Fd(), c.body[len(c.body):end])
+		have := len(c.body)
+		end := min(have+d.BodyLeft(), cap(c.body))
+		n, err := unix.Read(c.gc.Fd(), c.body[have:end])
 		if n <= 0 || err != nil {
 			return
 		}
-		c.body = c.body[:len(c.body)+n]
+		c.body = c.body[:have+n]
+		d.BodyRead(c.body[have:])
 		c.ls.bytesIn.Add(uint64(n))
 	}
 }

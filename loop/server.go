@@ -140,6 +140,9 @@ type loopState struct {
 	// slice with commands still buffered (pass); conn has no room left
 	// for the flag, and a loop runs one pass at a time.
 	yielded bool
+	// dec is the input decoder of the connection whose pass runs, when
+	// it has none of its own (conn.decoder).
+	dec codec.Decoder
 	// cmd counts commands for `stats`; atomics only so `stats` on another
 	// loop may read them: this cache line is written by this loop alone.
 	cmd [codec.NumOps]atomic.Uint64
