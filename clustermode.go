@@ -42,7 +42,7 @@ func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, ad
 		}
 	}
 	node, err := cluster.Open(cluster.Config{ID: cfg.NodeID, Dir: cfg.ClusterDir, Raft: cfg.RaftAddr,
-		Bootstrap: members, LogOutput: stderr})
+		Bootstrap: members, Log: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "beanpole: %v\n", err)
 		return nil, 1

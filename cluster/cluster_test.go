@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
 
 	"github.com/beanpole/beanpole/record"
 )
@@ -41,7 +42,7 @@ func newGroup(t *testing.T, n int) *group {
 	}
 	for i := range n {
 		nd, err := Open(Config{ID: members[i].ID, Dir: t.TempDir(), Bootstrap: members, Transport: g.trans[i],
-			LogOutput: io.Discard})
+			Log: zerolog.Nop()})
 		if err != nil {
 			t.Fatal(err)
 		}

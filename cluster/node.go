@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
+	"github.com/rs/zerolog"
 )
 
 // logCacheEntries is how many of the newest raft entries stay in memory
@@ -61,8 +62,9 @@ type Config struct {
 	// Timing: the heartbeat and election timeouts (a follower starts an
 	// election after missing heartbeats this long). Zero: 500 ms each.
 	HeartbeatTimeout, ElectionTimeout time.Duration
-	// LogOutput receives raft's own log lines (warnings and up).
-	LogOutput io.Writer
+	// Log receives raft's own log lines (warnings and up), in the
+	// process's format.
+	Log zerolog.Logger
 }
 
 // Node is one member of the group.
@@ -96,13 +98,11 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.ElectionTimeout == 0 {
 		cfg.ElectionTimeout = 500 * time.Millisecond
 	}
-	if cfg.LogOutput == nil {
-		cfg.LogOutput = os.Stderr
-	}
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "wal"), 0o700); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: cfg.LogOutput})
+	logger := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, JSONFormat: true,
+		Output: &raftLog{log: cfg.Log}})
 	w, err := wal.Open(filepath.Join(cfg.Dir, "wal"))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: opening the raft log: %w", err)
