@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,4 +235,32 @@ func checkServerSocketOptions(t *testing.T, port int) {
 		return
 	}
 	t.Fatal("the server's end of the connection is not among this process's descriptors")
+}
+
+func TestFencedServerClosesConnectionsUnanswered(t *testing.T) {
+	eng := engine.New(1)
+	srv, err := New(Config{Loops: 1, MaxJobSize: 100, Version: "test", Log: zerolog.Nop()}, eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fenced atomic.Bool
+	srv.Fence = func() bool { return !fenced.Load() }
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Stop(context.Background()) })
+	c := dial(t, ln.Addr().String())
+	send(t, c, "put 0 0 60 1\r\nx\r\n")
+	expect(t, c, "INSERTED 1\r\n")
+	fenced.Store(true)
+	send(t, c, "reserve-with-timeout 0\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(make([]byte, 64)); err != io.EOF {
+		t.Fatalf("behind a closed fence the server answered %d bytes (%v), want the connection closed", n, err)
+	}
 }

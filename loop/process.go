@@ -21,6 +21,9 @@ const directBody = 16 << 10
 // output backs up, at quit, or at the end of its time slice (passSlice). It
 // is also how a wake-up resumes c.
 func (s *Server) process(c *conn) gnet.Action {
+	if s.Fence != nil && !s.Fence() {
+		return gnet.Close // see Server.Fence
+	}
 	out := &c.ls.out
 	out.claim(c)
 	c.ls.now = 0
