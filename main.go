@@ -195,9 +195,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 			// Graceful stop (a beanpole improvement over upstream's
 			// immediate death): stop accepting, flush, exit 0.
-			log.Info().Str("signal", sig.String()).Msg("stopping: no new connections, the binlog is flushed")
 			adm.SetState(admin.Stopping)
 			_ = config.SdNotify("STOPPING=1")
+			if cfg.HTTPAddr != "" && cfg.StopGrace > 0 {
+				// /readyz says stopping while clients are still
+				// served, so that a load balancer polling it stops
+				// sending new ones first; a second signal cuts it short.
+				log.Info().Str("signal", sig.String()).Dur("stop-grace", cfg.StopGrace).Msg("stopping: /readyz answers 503 before the listeners close")
+				graceOver(sigs, cfg.StopGrace)
+			}
+			log.Info().Str("signal", sig.String()).Msg("stopping: no new connections, the binlog is flushed")
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			srv.Stop(ctx)
 			cancel()
@@ -224,6 +231,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return 1
 			}
 			return 0
+		}
+	}
+}
+
+// graceOver waits d, or until a SIGTERM or SIGINT comes first (SIGUSR1,
+// drain mode, changes nothing once stopping).
+func graceOver(sigs <-chan os.Signal, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return
+		case sig := <-sigs:
+			if sig != syscall.SIGUSR1 {
+				return
+			}
 		}
 	}
 }
