@@ -80,7 +80,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		adm, err = admin.Listen(admin.Options{Addr: cfg.HTTPAddr, Pprof: cfg.HTTPPprof, Token: token,
 			Hosts: cfg.HTTPHosts, PublicBodies: cfg.HTTPPublicBodies,
-			MaxTubes: cfg.MetricsMaxTubes, MaxConns: cfg.HTTPMaxConns, ReserveFDs: reserveFDs(&cfg),
+			MaxTubes: cfg.MetricsMaxTubes, TotalNames: cfg.MetricsTotalNames, MaxConns: cfg.HTTPMaxConns, ReserveFDs: reserveFDs(&cfg),
 			Log: log.With().Str("component", "http").Logger()})
 		if err != nil {
 			fmt.Fprintf(stderr, "beanpole: --http %s: %v\n", cfg.HTTPAddr, err)

@@ -76,6 +76,9 @@ type Config struct {
 	// MetricsMaxTubes is --metrics-max-tubes: tubes beyond this many are
 	// summed into one series in /metrics.
 	MetricsMaxTubes int
+	// MetricsTotalNames is --metrics-total-names: the counters of stats
+	// and stats-tube are named with a _total suffix in /metrics.
+	MetricsTotalNames bool
 	// StopGrace is --stop-grace: at SIGTERM or SIGINT, /readyz answers
 	// 503 stopping for this long while clients are still served, so that
 	// a load balancer polling it stops sending new ones before the
@@ -315,6 +318,7 @@ var longOpts = []longOpt{
 		cfg.HTTPTokenFile = v
 		return nil
 	}},
+	{name: "--metrics-total-names", flag: func(cfg *Config) { cfg.MetricsTotalNames = true }},
 	{name: "--stop-grace", set: func(cfg *Config, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {

@@ -60,6 +60,10 @@ Long options:
  --metrics-max-tubes N
             tubes beyond the first N are summed into tube="_other" in
             /metrics (default is %d)
+ --metrics-total-names
+            name the counters of stats and stats-tube with a _total suffix
+            in /metrics (beanstalkd_cmd_put_total), as Prometheus wants,
+            instead of as the beanstalkd exporters do (beanstalkd_cmd_put)
  --stop-grace DURATION
             at SIGTERM or SIGINT, with --http, answer 503 stopping on
             /readyz for DURATION while still serving clients, then close
