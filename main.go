@@ -201,10 +201,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 				// /readyz says stopping while clients are still
 				// served, so that a load balancer polling it stops
 				// sending new ones first; a second signal cuts it short.
-				log.Info().Str("signal", sig.String()).Dur("stop-grace", cfg.StopGrace).Msg("stopping: /readyz answers 503 before the listeners close")
+				log.Info().Str("signal", sig.String()).Str("stop-grace", cfg.StopGrace.String()).Msg("stopping: no new connections after the grace, the binlog is flushed")
 				graceOver(sigs, cfg.StopGrace)
+			} else {
+				log.Info().Str("signal", sig.String()).Msg("stopping: no new connections, the binlog is flushed")
 			}
-			log.Info().Str("signal", sig.String()).Msg("stopping: no new connections, the binlog is flushed")
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			srv.Stop(ctx)
 			cancel()
