@@ -87,12 +87,11 @@ bench-floor:
 	cd bench && $(GO) build -o $(CURDIR)/bin/floor ./floor
 	cd bench && $(GO) run . -beanpole $(CURDIR)/bin/beanpole -beanstalkd $(CURDIR)/bin/floor -only roundtrip,pipeline,idle-10000 -pinned '' -out results/floor $(BENCHARGS)
 
-# A Debian package in bin/ (dist/mkdeb.sh): the binary, the units, the
-# defaults file, the man page and the docs.
+# A Debian package in bin/ (dist/mkdeb.sh): the binary, built hardened
+# there (PIE, full RELRO, stripped), the units, the defaults file, the man
+# page, the docs and the licenses.
 deb:
-	mkdir -p bin
-	$(GO) build -trimpath -o bin/beanpole .
-	dist/mkdeb.sh bin/beanpole bin
+	GO=$(GO) dist/mkdeb.sh bin
 
 clean:
 	rm -f $(BIN) bin/beanpole bin/beanpole-race bin/floor

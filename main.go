@@ -80,7 +80,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		adm, err = admin.Listen(admin.Options{Addr: cfg.HTTPAddr, Pprof: cfg.HTTPPprof, Token: token,
 			Hosts: cfg.HTTPHosts, PublicBodies: cfg.HTTPPublicBodies,
-			MaxTubes: cfg.MetricsMaxTubes, MaxConns: cfg.HTTPMaxConns, ReserveFDs: reserveFDs(&cfg),
+			MaxTubes: cfg.MetricsMaxTubes, TotalNames: cfg.MetricsTotalNames, MaxConns: cfg.HTTPMaxConns, ReserveFDs: reserveFDs(&cfg),
 			Log: log.With().Str("component", "http").Logger()})
 		if err != nil {
 			fmt.Fprintf(stderr, "beanpole: --http %s: %v\n", cfg.HTTPAddr, err)
@@ -195,9 +195,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 			// Graceful stop (a beanpole improvement over upstream's
 			// immediate death): stop accepting, flush, exit 0.
-			log.Info().Str("signal", sig.String()).Msg("stopping: no new connections, the binlog is flushed")
 			adm.SetState(admin.Stopping)
 			_ = config.SdNotify("STOPPING=1")
+			if cfg.HTTPAddr != "" && cfg.StopGrace > 0 {
+				// /readyz says stopping while clients are still
+				// served, so that a load balancer polling it stops
+				// sending new ones first; a second signal cuts it short.
+				log.Info().Str("signal", sig.String()).Str("stop-grace", cfg.StopGrace.String()).Msg("stopping: no new connections after the grace, the binlog is flushed")
+				graceOver(sigs, cfg.StopGrace)
+			} else {
+				log.Info().Str("signal", sig.String()).Msg("stopping: no new connections, the binlog is flushed")
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			srv.Stop(ctx)
 			cancel()
@@ -224,6 +232,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return 1
 			}
 			return 0
+		}
+	}
+}
+
+// graceOver waits d, or until a SIGTERM or SIGINT comes first (SIGUSR1,
+// drain mode, changes nothing once stopping).
+func graceOver(sigs <-chan os.Signal, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return
+		case sig := <-sigs:
+			if sig != syscall.SIGUSR1 {
+				return
+			}
 		}
 	}
 }

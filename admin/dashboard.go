@@ -472,6 +472,7 @@ func (d *dashboard) tubeAction(w http.ResponseWriter, r *http.Request, src *sour
 		}
 		var n int
 		n, err = src.op.Flush(name, states...)
+		d.s.coll.flushed.Add(uint64(n))
 		msg = fmt.Sprintf("flushed %d %s jobs", n, r.PostForm.Get("state"))
 	default:
 		d.fail(w, http.StatusNotFound, fmt.Sprintf("no action %q on a tube", act))

@@ -45,7 +45,10 @@ type Source interface {
 // beanstalkd_tube_current_jobs_ready{tube="default"}): the names the
 // beanstalkd exporters give them, so existing dashboards keep working. The
 // cumulative ones (cmd-*, total-*, job-timeouts, rusage-*, binlog-records-*)
-// are counters, the rest gauges. The strings (version, id, hostname, os,
+// are counters, the rest gauges. With --metrics-total-names the counters'
+// names end in _total (beanstalkd_cmd_put_total), as Prometheus's
+// conventions (and promtool check metrics) want; docs/operating.md says why
+// both exist. The strings (version, id, hostname, os,
 // platform) are the labels of beanstalkd_info, 1. draining and
 // binlog-failed are 0 or 1. No label is called instance: Prometheus sets
 // that one itself.
@@ -64,6 +67,20 @@ type collector struct {
 	src      *atomic.Pointer[sources]
 	maxTubes int
 	http     *limitListener
+	// totalNames: the counters of stats and stats-tube end in _total.
+	totalNames bool
+	// flushed counts the jobs the dashboard's flush deleted.
+	flushed atomic.Uint64
+}
+
+// statName is the metric name of a stats or stats-tube key (prefix
+// beanstalkd_ or beanstalkd_tube_).
+func (c *collector) statName(prefix, key string) string {
+	n := prefix + metricName(key)
+	if c.totalNames && valueType(key) == prometheus.CounterValue {
+		n += "_total"
+	}
+	return n
 }
 
 // Describe sends nothing: the series depend on the tubes there are (an
@@ -87,7 +104,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			return
 		}
-		emit(ch, "beanstalkd_"+metricName(key), key, v)
+		ch <- prometheus.MustNewConstMetric(
+			prometheus.NewDesc(c.statName("beanstalkd_", key), helpFor("stats", key), nil, nil), valueType(key), v)
 	})
 	ch <- prometheus.MustNewConstMetric(
 		prometheus.NewDesc("beanstalkd_info", "The server's identity, from stats; always 1.", nil, info),
@@ -100,6 +118,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		prometheus.NewDesc("beanpole_connections_closed_total",
 			"Connections served and since closed (total-connections less current-connections).", nil, nil),
 		prometheus.CounterValue, float64(st.TotalConnections-st.CurrentConnections))
+	ch <- prometheus.MustNewConstMetric(
+		prometheus.NewDesc("beanpole_flushed_jobs_total",
+			"Jobs deleted by the dashboard's flush of a tube (no protocol command deletes them: not in cmd-delete).", nil, nil),
+		prometheus.CounterValue, float64(c.flushed.Load()))
 	in, out := src.Bytes()
 	ch <- prometheus.MustNewConstMetric(
 		prometheus.NewDesc("beanpole_read_bytes_total", "Protocol bytes read from clients and consumed.", nil, nil),
@@ -177,13 +199,14 @@ func (c *collector) writeTubes(out *bytes.Buffer) {
 	var num []byte
 	for k := range tubeKeys {
 		tk := &tubeKeys[k]
-		writeHeader(out, tk.name, "stats-tube: "+tk.key, tk.typ)
+		name := c.statName("beanstalkd_tube_", tk.key)
+		writeHeader(out, name, helpFor("stats-tube", tk.key), tk.typ)
 		for i := range rows {
 			if rows[i].other && (tk.key == "pause" || tk.key == "pause-time-left") {
 				continue
 			}
 			num = strconv.AppendUint(num[:0], tk.get(&rows[i].ts), 10)
-			writeSample(out, tk.name, "", rows[i].name, "", num)
+			writeSample(out, name, "", rows[i].name, "", num)
 		}
 	}
 	writeHeader(out, "beanpole_tube_oldest_ready_seconds", helpOldest, prometheus.GaugeValue)
@@ -304,11 +327,6 @@ const (
 	helpRun    = "Time from a job's reserve (or last touch) to its delete by the worker holding it."
 )
 
-func emit(ch chan<- prometheus.Metric, name, key string, v float64) {
-	ch <- prometheus.MustNewConstMetric(
-		prometheus.NewDesc(name, "stats: "+key, nil, nil), valueType(key), v)
-}
-
 // tubeKeys are the numeric keys of stats-tube, in its order, read straight
 // from the struct (TestTubeKeysAreStatsTube checks them against the
 // reply): a scrape of 10,000 tubes is 140,000 of them, so no text is
@@ -332,7 +350,6 @@ var tubeKeys = func() []tubeKey {
 	for i := range keys {
 		k := &keys[i]
 		k.typ = valueType(k.key)
-		k.name = "beanstalkd_tube_" + metricName(k.key)
 	}
 	return keys
 }()
@@ -341,7 +358,6 @@ type tubeKey struct {
 	key   string
 	field func(*codec.TubeStats) *uint64
 	typ   prometheus.ValueType
-	name  string // the metric's
 }
 
 func (k *tubeKey) get(t *codec.TubeStats) uint64 { return *k.field(t) }

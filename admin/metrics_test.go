@@ -74,3 +74,18 @@ func TestTubeKeysAreStatsTube(t *testing.T) {
 		}
 	}
 }
+
+// Every numeric key of stats and stats-tube has a HELP text of its own.
+func TestEveryStatsKeyHasHelp(t *testing.T) {
+	st := codec.ServerStats{BinlogFailed: true}
+	eachStat(codec.AppendStats(nil, &st), func(key string, _ float64, _ string, isNum bool) {
+		if _, ok := statsHelp[key]; isNum && !ok {
+			t.Errorf("stats key %s has no help", key)
+		}
+	})
+	for _, k := range tubeKeys {
+		if _, ok := statsHelp[k.key]; !ok {
+			t.Errorf("stats-tube key %s has no help", k.key)
+		}
+	}
+}

@@ -47,6 +47,10 @@ type Options struct {
 	Addr     string // HOST:PORT to listen on
 	Pprof    bool   // serve /debug/pprof/
 	MaxTubes int    // tubes with series of their own in /metrics
+	// TotalNames names the counters of stats and stats-tube with a
+	// _total suffix (--metrics-total-names), as Prometheus wants them,
+	// instead of as the beanstalkd exporters do.
+	TotalNames bool
 	// MaxConns is how many HTTP connections may be open at once; more
 	// are closed as soon as accepted (conns.go). 0: no limit.
 	MaxConns int
@@ -75,6 +79,7 @@ type Server struct {
 	// cluster, when set, is the cluster node this process is (SetCluster).
 	cluster atomic.Pointer[Cluster]
 	reg     *prometheus.Registry
+	coll    *collector
 }
 
 // Listen binds opts.Addr; Serve then serves it. The state starts as
@@ -91,7 +96,8 @@ func Listen(opts Options) (*Server, error) {
 	s := &Server{ln: &limitListener{Listener: ln, max: maxConns, reserve: opts.ReserveFDs / 2, log: opts.Log},
 		log: opts.Log}
 	s.reg = prometheus.NewRegistry()
-	c := &collector{src: &s.src, maxTubes: opts.MaxTubes, http: s.ln}
+	c := &collector{src: &s.src, maxTubes: opts.MaxTubes, http: s.ln, totalNames: opts.TotalNames}
+	s.coll = c
 	s.reg.MustRegister(c)
 	metrics := &scraper{reg: s.reg, tubes: c, log: opts.Log}
 

@@ -32,6 +32,10 @@ const (
 	// DefaultHTTPMaxConns is how many HTTP connections may be open at
 	// once unless --http-max-conns says otherwise.
 	DefaultHTTPMaxConns = 256
+	// DefaultStopGrace is how long /readyz answers 503 stopping at
+	// SIGTERM before the listeners close, unless --stop-grace says
+	// otherwise.
+	DefaultStopGrace = time.Second
 )
 
 // progName prefixes every diagnostic, as upstream prefixes argv[0]. A fixed
@@ -72,6 +76,14 @@ type Config struct {
 	// MetricsMaxTubes is --metrics-max-tubes: tubes beyond this many are
 	// summed into one series in /metrics.
 	MetricsMaxTubes int
+	// MetricsTotalNames is --metrics-total-names: the counters of stats
+	// and stats-tube are named with a _total suffix in /metrics.
+	MetricsTotalNames bool
+	// StopGrace is --stop-grace: at SIGTERM or SIGINT, /readyz answers
+	// 503 stopping for this long while clients are still served, so that
+	// a load balancer polling it stops sending new ones before the
+	// listeners close. Only with --http: without it nobody can see.
+	StopGrace time.Duration
 	// LogJSON is --log-json: log JSON lines instead of the console format.
 	LogJSON bool
 	// Cluster mode: --cluster-dir (raft's log, snapshots and node state;
@@ -104,6 +116,7 @@ func Defaults() Config {
 		MaxJobMemory:    -1,
 		MetricsMaxTubes: DefaultMetricsMaxTubes,
 		HTTPMaxConns:    DefaultHTTPMaxConns,
+		StopGrace:       DefaultStopGrace,
 	}
 }
 
@@ -307,6 +320,15 @@ var longOpts = []longOpt{
 			return errors.New("want a file name")
 		}
 		cfg.HTTPTokenFile = v
+		return nil
+	}},
+	{name: "--metrics-total-names", flag: func(cfg *Config) { cfg.MetricsTotalNames = true }},
+	{name: "--stop-grace", set: func(cfg *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return errors.New("want a duration such as 1s, 500ms or 0")
+		}
+		cfg.StopGrace = d
 		return nil
 	}},
 	{name: "--log-json", flag: func(cfg *Config) { cfg.LogJSON = true }},

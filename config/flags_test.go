@@ -62,6 +62,14 @@ Long options:
  --metrics-max-tubes N
             tubes beyond the first N are summed into tube="_other" in
             /metrics (default is 1000)
+ --metrics-total-names
+            name the counters of stats and stats-tube with a _total suffix
+            in /metrics (beanstalkd_cmd_put_total), as Prometheus wants,
+            instead of as the beanstalkd exporters do (beanstalkd_cmd_put)
+ --stop-grace DURATION
+            at SIGTERM or SIGINT, with --http, answer 503 stopping on
+            /readyz for DURATION while still serving clients, then close
+            the listeners (default is 1s; 0 closes them at once)
  --log-json
             log one JSON object a line instead of the console format
 
@@ -247,6 +255,12 @@ func TestParse(t *testing.T) {
 			want: with(func(c *Config) { c.MetricsMaxTubes = 5 })},
 		{name: "metrics max tubes junk", args: []string{"--metrics-max-tubes=-5"},
 			stderr: usageErr("invalid value for --metrics-max-tubes: -5 (want a whole number)"), code: 5, done: true},
+		{name: "metrics total names", args: []string{"--metrics-total-names"},
+			want: with(func(c *Config) { c.MetricsTotalNames = true })},
+		{name: "stop grace", args: []string{"--stop-grace=250ms"},
+			want: with(func(c *Config) { c.StopGrace = 250 * time.Millisecond })},
+		{name: "stop grace negative", args: []string{"--stop-grace", "-1s"},
+			stderr: usageErr("invalid value for --stop-grace: -1s (want a duration such as 1s, 500ms or 0)"), code: 5, done: true},
 		{name: "max job memory prefix only", args: []string{"--max-job-memoryX"},
 			stderr: usageErr("unknown flag: --max-job-memoryX"), code: 5, done: true},
 

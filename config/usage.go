@@ -60,6 +60,14 @@ Long options:
  --metrics-max-tubes N
             tubes beyond the first N are summed into tube="_other" in
             /metrics (default is %d)
+ --metrics-total-names
+            name the counters of stats and stats-tube with a _total suffix
+            in /metrics (beanstalkd_cmd_put_total), as Prometheus wants,
+            instead of as the beanstalkd exporters do (beanstalkd_cmd_put)
+ --stop-grace DURATION
+            at SIGTERM or SIGINT, with --http, answer 503 stopping on
+            /readyz for DURATION while still serving clients, then close
+            the listeners (default is %s; 0 closes them at once)
  --log-json
             log one JSON object a line instead of the console format
 
@@ -87,6 +95,6 @@ changing SRC); %s import -h says more.
 says more.
 `, progName, progName, progName,
 		DefaultSyncEvery.Milliseconds(), DefaultPort,
-		DefaultMaxJobSize, MaxJobSizeLimit, DefaultBinlogSize, DefaultHTTPMaxConns, DefaultMetricsMaxTubes,
+		DefaultMaxJobSize, MaxJobSizeLimit, DefaultBinlogSize, DefaultHTTPMaxConns, DefaultMetricsMaxTubes, DefaultStopGrace,
 		progName, progName, progName, progName)
 }

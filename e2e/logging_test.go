@@ -112,7 +112,7 @@ func TestDefaultLogSaysEachStepOnce(t *testing.T) {
 		regexp.MustCompile(`^imported upstream beanstalkd's binlog files=1 jobs=2 moved-to=` + regexp.QuoteMeta(filepath.Join(dir, "beanstalkd-import")) + `$`),
 		regexp.MustCompile(`^binlog replayed jobs=2 max-id=2 problems=0 records=\d+ segments=\d+ took=[0-9.]+[µm]?s$`),
 		regexp.MustCompile(`^drain mode \(SIGUSR1\): puts are refused from now on$`),
-		regexp.MustCompile(`^stopping: no new connections, the binlog is flushed signal=terminated$`),
+		regexp.MustCompile(`^stopping: no new connections after the grace, the binlog is flushed signal=terminated stop-grace=1s$`),
 	}
 	if len(texts) != len(want) {
 		t.Fatalf("%d log lines, want %d:\n%s", len(texts), len(want), s.out.String())
