@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -59,6 +60,10 @@ type Config struct {
 	Bootstrap []Member
 	// Transport replaces the TCP transport (tests use raft's in-memory one).
 	Transport raft.Transport
+	// TLS, when set, secures the links between nodes with mutual TLS
+	// (NodeTLS): a node whose certificate the CA did not sign can neither
+	// join nor be reached.
+	TLS *tls.Config
 	// Timing: the heartbeat and election timeouts (a follower starts an
 	// election after missing heartbeats this long). Zero: 500 ms each.
 	HeartbeatTimeout, ElectionTimeout time.Duration
@@ -119,8 +124,14 @@ func Open(cfg Config) (*Node, error) {
 			w.Close()
 			return nil, fmt.Errorf("cluster: --raft %s: %w", cfg.Raft, err)
 		}
-		trans, err = raft.NewTCPTransportWithLogger(cfg.Raft, adv, 3, 10*time.Second, logger)
-		if err != nil {
+		if cfg.TLS != nil {
+			ln, lerr := net.Listen("tcp", cfg.Raft)
+			if lerr != nil {
+				w.Close()
+				return nil, fmt.Errorf("cluster: --raft %s: %w", cfg.Raft, lerr)
+			}
+			trans = raft.NewNetworkTransportWithLogger(&tlsLayer{Listener: ln, cfg: cfg.TLS}, 3, 10*time.Second, logger)
+		} else if trans, err = raft.NewTCPTransportWithLogger(cfg.Raft, adv, 3, 10*time.Second, logger); err != nil {
 			w.Close()
 			return nil, fmt.Errorf("cluster: --raft %s: %w", cfg.Raft, err)
 		}
