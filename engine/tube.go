@@ -50,6 +50,13 @@ type Tube struct {
 
 const never = math.MaxInt64
 
+// lockChunk bounds the jobs an operation over many of a tube's jobs (kick,
+// the dashboard's flush, reading the oldest ready job) handles per hold of
+// the tube's lock, a few tens of microseconds of work: between two chunks
+// it lets go of the lock, so the tube's clients and the binlog's acks,
+// which publish puts under it, wait for one chunk, not for all of them.
+const lockChunk = 1024
+
 func newTube(e *Engine, name []byte) *Tube {
 	t := &Tube{Name: string(name), nameBytes: append([]byte(nil), name...), e: e, armedAt: never,
 		order: e.tubeSeq.Add(1)}
