@@ -6,7 +6,7 @@ import (
 )
 
 // oldestEvery is how often the dashboard reads a tube's oldest ready job.
-// Reading it walks every ready job (about 40 ms of CPU for a million),
+// Reading it walks every ready job (10 to 40 ms of CPU for a million),
 // taking the tube's lock for a chunk at a time: read per page, a few
 // browsers would keep a CPU busy walking. Read at most once per
 // oldestEvery, the walk costs the same however many pages ask.

@@ -157,7 +157,7 @@ func siftDown(h []int32, i int, less func(a, b int32) bool) {
 // moves them) are still ahead of the walk, but a job pushed down past it
 // (by a job made ready, or by the one that fills a deleted job's slot)
 // goes unread, and the age is then the oldest the walk did read, a
-// younger one. A tube of a million ready jobs takes about 40 ms in all.
+// younger one. A tube of a million ready jobs takes 10 to 40 ms in all.
 func (e *Engine) OldestReady(tube []byte) (time.Duration, bool) {
 	t := e.reg.lookup(tube)
 	if t == nil {
