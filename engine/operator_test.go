@@ -320,3 +320,47 @@ func TestOldestReadyAcrossLockChunks(t *testing.T) {
 		t.Fatalf("oldest ready: %v, %v; want %v to %v", age, ok, least, most)
 	}
 }
+
+// The tube's timer moves due jobs a chunk at a time and comes back at
+// once for the rest: each firing marks the jobs it made ready with its
+// own time (the jobs' ready-since), so many due at once get one such time
+// per chunk.
+func TestDueDelayedJobsBecomeReadyAChunkAtATime(t *testing.T) {
+	e := New(1)
+	c, _ := newTestClient(e, 1)
+	c.Use([]byte("q"))
+	const n = 3*lockChunk + 7
+	for range n {
+		put(t, c, 1, time.Hour, "d")
+	}
+	tb := e.reg.lookup([]byte("q"))
+	tb.mu.Lock()
+	due := e.mono() - 1
+	for _, j := range slices.Clone(tb.delay.items) {
+		j.deadline = due
+		tb.delay.Fix(j)
+	}
+	tb.schedule(due)
+	tb.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for st := tubeStats(t, e, "q"); st.CurrentJobsReady != n; st = tubeStats(t, e, "q") {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: %d ready, %d delayed; want %d ready", st.CurrentJobsReady, st.CurrentJobsDelayed, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	tb.mu.Lock()
+	firings := map[int64]int{}
+	for _, j := range tb.ready.items {
+		firings[j.deadline]++
+	}
+	tb.mu.Unlock()
+	if len(firings) < (n+lockChunk-1)/lockChunk {
+		t.Fatalf("%d due jobs were made ready in %d firings; want at most %d a firing", n, len(firings), lockChunk)
+	}
+	for at, k := range firings {
+		if k > lockChunk {
+			t.Fatalf("one firing (at %d) made %d jobs ready; want at most %d", at, k, lockChunk)
+		}
+	}
+}

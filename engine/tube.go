@@ -155,23 +155,29 @@ func (t *Tube) schedule(at int64) {
 
 // fire runs on a timer goroutine: it promotes due delayed jobs, returns
 // jobs whose TTR ran out, ends an expired pause, serves waiters and re-arms.
+// It moves at most lockChunk jobs: when more are due (a million delayed
+// jobs put with the same delay), the timer is re-armed for now, and the
+// next chunk waits behind whoever was waiting for the lock.
 func (t *Tube) fire() {
 	const shard = 0
 	var cl claims
 	t.mu.Lock()
 	now := t.e.mono()
 	t.armedAt = never
-	for j := t.delay.Top(); j != nil && j.deadline <= now; j = t.delay.Top() {
+	n := 0
+	for j := t.delay.Top(); j != nil && j.deadline <= now && n < lockChunk; j = t.delay.Top() {
 		t.remove(j, shard)
 		t.insertReady(j, now, shard)
+		n++
 	}
-	for j := t.ttr.Top(); j != nil && j.deadline <= now; j = t.ttr.Top() {
+	for j := t.ttr.Top(); j != nil && j.deadline <= now && n < lockChunk; j = t.ttr.Top() {
 		t.remove(j, shard)
 		j.owner.unlinkReserved(j)
 		j.owner = nil
 		j.timeouts++
 		t.e.ctr.add(shard, cJobTimeouts, 1)
 		t.insertReady(j, now, shard)
+		n++
 	}
 	if t.pauseUntil != 0 && now >= t.pauseUntil {
 		t.pauseUntil, t.pauseDur = 0, 0
