@@ -30,7 +30,8 @@ import (
 //	/tube/kick?name=TUBE   n        kick n buried (else delayed) jobs
 //	/tube/pause?name=TUBE  seconds  pause the tube (0: unpause)
 //	/tube/flush?name=TUBE  state    delete every ready, delayed or buried
-//	                                job, or all three ("all"), in one step
+//	                                job, or all three ("all"), inside the
+//	                                engine
 //	/jobs/{id}/kick                 make a buried or delayed job ready
 //	/jobs/{id}/delete               delete a ready, delayed or buried job
 //	/jobs/{id}/move        tube     move it to another tube (a new id)

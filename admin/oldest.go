@@ -6,11 +6,10 @@ import (
 )
 
 // oldestEvery is how often the dashboard reads a tube's oldest ready job.
-// Reading it walks every ready job under the tube's lock (about 10 ms for
-// a million): read per page, four browsers on a tube of a million jobs
-// cut its round trips from 75,000/s to under 1,000/s. Read at most once
-// per oldestEvery, the walk holds the lock about 1% of the time however
-// many pages ask.
+// Reading it walks every ready job (10 to 40 ms of CPU for a million),
+// taking the tube's lock for a chunk at a time: read per page, a few
+// browsers would keep a CPU busy walking. Read at most once per
+// oldestEvery, the walk costs the same however many pages ask.
 const oldestEvery = time.Second
 
 // oldestCache remembers each tube's oldest ready age for oldestEvery, and

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"runtime"
 	"slices"
 	"time"
 
@@ -150,19 +151,33 @@ func siftDown(h []int32, i int, less func(a, b int32) bool) {
 }
 
 // OldestReady is the age of the tube's oldest ready job (by creation
-// time); 0 with none. It reads every ready job, under the tube's lock: a
-// tube of a million ready jobs takes about 10 ms.
+// time); 0 with none. It reads every ready job, lockChunk jobs per hold of
+// the tube's lock, from the heap's last slot toward its root. Between two
+// chunks the heap moves: jobs moving toward the root (as a reserve's sift
+// moves them) are still ahead of the walk, but a job pushed down past it
+// (by a job made ready, or by the one that fills a deleted job's slot)
+// goes unread, and the age is then the oldest the walk did read, a
+// younger one. A tube of a million ready jobs takes 10 to 40 ms in all.
 func (e *Engine) OldestReady(tube []byte) (time.Duration, bool) {
 	t := e.reg.lookup(tube)
 	if t == nil {
 		return 0, false
 	}
-	t.mu.Lock()
 	oldest := int64(0)
-	for _, j := range t.ready.items {
-		if oldest == 0 || j.createdAt < oldest {
-			oldest = j.createdAt
+	t.mu.Lock()
+	for i := len(t.ready.items) - 1; ; {
+		for stop := max(i-lockChunk, -1); i > stop; i-- {
+			if j := t.ready.items[i]; oldest == 0 || j.createdAt < oldest {
+				oldest = j.createdAt
+			}
 		}
+		if i < 0 {
+			break
+		}
+		t.mu.Unlock()
+		runtime.Gosched()
+		t.mu.Lock()
+		i = min(i, len(t.ready.items)-1)
 	}
 	now := e.mono()
 	t.mu.Unlock()

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"runtime"
 	"time"
 
 	"github.com/beanpole/beanpole/record"
@@ -306,28 +307,44 @@ func (c *Client) kickLocked(t *Tube, j *Job) error {
 // if the binlog refuses a record; err is that refusal.
 func (c *Client) Kick(n uint32) (k uint32, err error) { return c.kickIn(c.use, n) }
 
-// kickIn is Kick in tube t.
+// kickIn is Kick in tube t. It kicks at most as many jobs as t had in the
+// state it kicks from when it began, lockChunk jobs per hold of t's lock:
+// other clients of t, and the binlog's acks, get the lock in between.
 func (c *Client) kickIn(t *Tube, n uint32) (k uint32, err error) {
-	var cl claims
 	t.mu.Lock()
-	if t.buried.head != nil {
-		for ; k < n && t.buried.head != nil && err == nil; k++ {
-			err = c.kickLocked(t, t.buried.head)
-		}
+	buried := t.buried.head != nil
+	if buried {
+		n = uint32(min(int64(n), t.count[Buried]))
 	} else {
-		for ; k < n && t.delay.Len() > 0 && err == nil; k++ {
-			err = c.kickLocked(t, t.delay.Top())
+		n = uint32(min(int64(n), t.count[Delayed]))
+	}
+	for {
+		var j *Job
+		for chunk := min(k+lockChunk, n); k < chunk; k++ {
+			if buried {
+				j = t.buried.head
+			} else {
+				j = t.delay.Top()
+			}
+			if j == nil {
+				break
+			}
+			if err = c.kickLocked(t, j); err != nil {
+				break
+			}
 		}
+		var cl claims
+		if k > 0 && t.waiters.head != nil {
+			t.serveWaiters(c.e.mono(), int(c.shard), &cl)
+		}
+		t.mu.Unlock()
+		cl.deliver(nil)
+		if j == nil || err != nil || k == n {
+			return k, err
+		}
+		runtime.Gosched()
+		t.mu.Lock()
 	}
-	if err != nil {
-		k--
-	}
-	if k > 0 && t.waiters.head != nil {
-		t.serveWaiters(c.e.mono(), int(c.shard), &cl)
-	}
-	t.mu.Unlock()
-	cl.deliver(nil)
-	return k, err
 }
 
 // KickJob kicks one buried or delayed job in any tube. An error (ErrNoRoom,

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"errors"
+	"math"
+	"runtime"
 	"sync"
 	"time"
 
@@ -64,17 +66,34 @@ func (o *Operator) do(change func(c *Client) error) error {
 	}
 	before := c.appended.Load()
 	err := change(c)
-	if n := c.appended.Load(); n > before && c.WakeWhenAcked(n) {
-		// A wake left over from an earlier action may come first: wait
-		// until the acks are really there.
-		for _, acked, _ := c.Durability(); acked < n; _, acked, _ = c.Durability() {
-			<-o.woke
-		}
-	}
+	o.awaitAcks(c.appended.Load())
 	if _, _, failed := c.Durability(); failed > before && err == nil {
 		err = ErrLogFailed
 	}
 	return err
+}
+
+// appended counts the records the operator has appended; 0 without a
+// binlog.
+func (o *Operator) appended() uint64 {
+	if o.c.journalState == nil {
+		return 0
+	}
+	return o.c.appended.Load()
+}
+
+// awaitAcks waits until the log has acknowledged the operator's records up
+// to seq. Caller holds o.mu.
+func (o *Operator) awaitAcks(seq uint64) {
+	c := o.c
+	if c.journalState == nil || !c.WakeWhenAcked(seq) {
+		return
+	}
+	// A wake left over from an earlier wait may come first: wait until
+	// the acks are really there.
+	for _, acked, _ := c.Durability(); acked < seq; _, acked, _ = c.Durability() {
+		<-o.woke
+	}
 }
 
 // Kick kicks up to n jobs of the named tube, as kick does in the used
@@ -133,11 +152,16 @@ func (o *Operator) Pause(tube string, d time.Duration) error {
 	})
 }
 
-// Flush deletes every job of the named tube in the given states (Ready,
-// Delayed, Buried; reserved jobs belong to their workers and stay) in one
-// step: no client sees the tube half flushed. It reports how many jobs
-// went. Should the journal refuse a record, the jobs before it are gone
-// and the rest stay.
+// Flush deletes the jobs of the named tube in the given states (Ready,
+// Delayed, Buried; reserved jobs belong to their workers and stay) and
+// reports how many went. It works lockChunk jobs per hold of the tube's
+// lock, so clients may see the tube part flushed while it runs; jobs put
+// while it runs stay, and so do jobs buried while it runs. With a binlog
+// it appends a chunk's records only once those of the chunk before the
+// last are acknowledged: the log's writer, which acknowledges every
+// client's records in order, never has more than two chunks of the
+// flush's before another client's. Should the journal refuse a record,
+// the jobs before it are gone and the rest stay.
 func (o *Operator) Flush(tube string, states ...State) (n int, err error) {
 	err = o.do(func(c *Client) error {
 		e := c.e
@@ -145,55 +169,88 @@ func (o *Operator) Flush(tube string, states ...State) (n int, err error) {
 		if t == nil {
 			return ErrNoTube
 		}
-		var gone []*Job
-		var err error
+		gone := make([]*Job, 0, lockChunk)
+		prev := o.appended()
 		t.mu.Lock()
+		f := flushCursor{lastID: e.nextID.Load(), lastSeq: t.buriedSeq}
 		for _, s := range states {
-			for err == nil {
-				j := t.last(s)
-				if j == nil {
-					break
+			f.i, f.deleted = math.MaxInt, false
+			for done := false; !done; {
+				var err error
+				gone, done, err = t.flushSome(c, s, &f, gone[:0])
+				empty := t.jobs == 0
+				t.mu.Unlock()
+				for _, j := range gone {
+					e.forget(j, int(c.shard))
 				}
-				if e.jl != nil {
-					if err = c.logged(e.jl.Delete(j.ID, c.ack())); err != nil {
-						break
+				n += len(gone)
+				if err != nil || empty {
+					if empty {
+						e.reg.maybeFree(t)
 					}
+					return err
 				}
-				t.deleteLocked(j, int(c.shard))
-				gone = append(gone, j)
+				o.awaitAcks(prev)
+				prev = o.appended()
+				runtime.Gosched()
+				t.mu.Lock()
 			}
 		}
-		empty := t.jobs == 0
 		t.mu.Unlock()
-		for _, j := range gone {
-			e.forget(j, int(c.shard))
-		}
-		if empty {
-			e.reg.maybeFree(t)
-		}
-		n = len(gone)
-		return err
+		return nil
 	})
 	return n, err
 }
 
-// last is the job of state s cheapest to take out of t: the last slot of
-// a heap (nothing to sift) or the tail of the buried list; nil if none.
-// Caller holds t.mu.
-func (t *Tube) last(s State) *Job {
-	switch s {
-	case Ready:
-		if n := len(t.ready.items); n > 0 {
-			return t.ready.items[n-1]
-		}
-	case Delayed:
-		if n := len(t.delay.items); n > 0 {
-			return t.delay.items[n-1]
-		}
-	case Buried:
-		return t.buried.tail
+// flushCursor is how far a flush has gone in one state.
+type flushCursor struct {
+	lastID  uint64 // the last id handed out when the flush began: later jobs stay
+	lastSeq uint64 // the tube's last buried place then: jobs buried later stay
+	// i is the heap slot to read next, walking from the last slot toward
+	// the root; jobs move between two chunks, so a walk that deleted
+	// anything is followed by another.
+	i       int
+	deleted bool // the walk under way deleted a job
+}
+
+// flushSome deletes up to lockChunk jobs of state s for a flush, appending
+// them to gone, and reports whether none is left to delete. Caller holds
+// t.mu, and once it has let go of it calls Engine.forget on the jobs gone.
+func (t *Tube) flushSome(c *Client, s State, f *flushCursor, gone []*Job) ([]*Job, bool, error) {
+	e := t.e
+	h := &t.ready
+	if s == Delayed {
+		h = &t.delay
 	}
-	return nil
+	for range lockChunk {
+		var j *Job
+		if s == Buried {
+			if j = t.buried.head; j == nil || j.buriedSeq > f.lastSeq {
+				return gone, true, nil
+			}
+		} else {
+			if f.i = min(f.i, len(h.items)-1); f.i < 0 {
+				if !f.deleted {
+					return gone, true, nil
+				}
+				f.i, f.deleted = math.MaxInt, false
+				continue
+			}
+			if j = h.items[f.i]; j.ID > f.lastID {
+				f.i--
+				continue
+			}
+			f.deleted = true
+		}
+		if e.jl != nil {
+			if err := c.logged(e.jl.Delete(j.ID, c.ack())); err != nil {
+				return gone, true, err
+			}
+		}
+		t.deleteLocked(j, int(c.shard))
+		gone = append(gone, j)
+	}
+	return gone, false, nil
 }
 
 // Move moves a ready, delayed or buried job to the named tube (made if

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -267,5 +268,111 @@ func TestOperatorMoveStampsCreationByTheEngineClock(t *testing.T) {
 	mc.Advance(5 * time.Second)
 	if v, ok := e.Job(id, 0); !ok || v.Age != 5*time.Second {
 		t.Fatalf("the moved job's age is %v, want the 5 s the engine's clock moved since the move", v.Age)
+	}
+}
+
+// Kick and flush work a chunk of jobs per hold of the tube's lock; their
+// counts and effects are those of one step, across chunks.
+func TestKickAndFlushAcrossLockChunks(t *testing.T) {
+	e := New(1)
+	c, _ := newTestClient(e, 1)
+	c.Use([]byte("q"))
+	const n = 3*lockChunk + 7
+	for i := range n {
+		j := put(t, c, uint32(i%5), 0, "b")
+		if c.ReserveJob(j.ID) == nil {
+			t.Fatal("reserve-job")
+		}
+		if ok, _ := c.Bury(j.ID, uint32(i%5)); !ok {
+			t.Fatal("bury")
+		}
+	}
+	for range 2*lockChunk + 3 {
+		put(t, c, 9, time.Hour, "d")
+	}
+	if k, err := c.Kick(lockChunk + 1); err != nil || k != lockChunk+1 {
+		t.Fatalf("kick %d: %d, %v", lockChunk+1, k, err)
+	}
+	if k, err := c.Kick(math.MaxUint32); err != nil || k != n-lockChunk-1 {
+		t.Fatalf("kick all: %d, %v; want %d", k, err, n-lockChunk-1)
+	}
+	st := tubeStats(t, e, "q")
+	if st.CurrentJobsReady != n || st.CurrentJobsBuried != 0 || st.CurrentJobsDelayed != 2*lockChunk+3 {
+		t.Fatalf("after the kicks: %+v", st)
+	}
+	if j := c.PeekReady(); j == nil || j.Pri != 0 {
+		t.Fatalf("the heap lost its order: %+v", j)
+	}
+	if n2, err := e.NewOperator().Flush("q", Ready, Delayed); err != nil || n2 != n+2*lockChunk+3 {
+		t.Fatalf("flush: %d, %v; want %d", n2, err, n+2*lockChunk+3)
+	}
+	if st := tubeStats(t, e, "q"); st.CurrentJobsReady+st.CurrentJobsDelayed != 0 {
+		t.Fatalf("after the flush: %+v", st)
+	}
+}
+
+// The oldest ready job is found wherever it sits in a heap of several
+// chunks.
+func TestOldestReadyAcrossLockChunks(t *testing.T) {
+	e := New(1)
+	c, _ := newTestClient(e, 1)
+	c.Use([]byte("q"))
+	if age, ok := e.OldestReady([]byte("q")); !ok || age != 0 {
+		t.Fatalf("empty tube: %v, %v", age, ok)
+	}
+	before := time.Now()
+	put(t, c, 1000, 0, "oldest, last to be served")
+	first := time.Now()
+	for i := range 3 * lockChunk {
+		put(t, c, uint32(i%999), 0, "younger")
+	}
+	least := time.Since(first)
+	age, ok := e.OldestReady([]byte("q"))
+	if most := time.Since(before); !ok || age < least || age > most {
+		t.Fatalf("oldest ready: %v, %v; want %v to %v", age, ok, least, most)
+	}
+}
+
+// The tube's timer moves due jobs a chunk at a time and comes back at
+// once for the rest: each firing marks the jobs it made ready with its
+// own time (the jobs' ready-since), so many due at once get one such time
+// per chunk.
+func TestDueDelayedJobsBecomeReadyAChunkAtATime(t *testing.T) {
+	e := New(1)
+	c, _ := newTestClient(e, 1)
+	c.Use([]byte("q"))
+	const n = 3*lockChunk + 7
+	for range n {
+		put(t, c, 1, time.Hour, "d")
+	}
+	tb := e.reg.lookup([]byte("q"))
+	tb.mu.Lock()
+	due := e.mono() - 1
+	for _, j := range slices.Clone(tb.delay.items) {
+		j.deadline = due
+		tb.delay.Fix(j)
+	}
+	tb.schedule(due)
+	tb.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for st := tubeStats(t, e, "q"); st.CurrentJobsReady != n; st = tubeStats(t, e, "q") {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: %d ready, %d delayed; want %d ready", st.CurrentJobsReady, st.CurrentJobsDelayed, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	tb.mu.Lock()
+	firings := map[int64]int{}
+	for _, j := range tb.ready.items {
+		firings[j.deadline]++
+	}
+	tb.mu.Unlock()
+	if len(firings) < (n+lockChunk-1)/lockChunk {
+		t.Fatalf("%d due jobs were made ready in %d firings; want at most %d a firing", n, len(firings), lockChunk)
+	}
+	for at, k := range firings {
+		if k > lockChunk {
+			t.Fatalf("one firing (at %d) made %d jobs ready; want at most %d", at, k, lockChunk)
+		}
 	}
 }

@@ -50,6 +50,13 @@ type Tube struct {
 
 const never = math.MaxInt64
 
+// lockChunk bounds the jobs an operation over many of a tube's jobs (kick,
+// the dashboard's flush, reading the oldest ready job) handles per hold of
+// the tube's lock, a few tens of microseconds of work: between two chunks
+// it lets go of the lock, so the tube's clients and the binlog's acks,
+// which publish puts under it, wait for one chunk, not for all of them.
+const lockChunk = 1024
+
 func newTube(e *Engine, name []byte) *Tube {
 	t := &Tube{Name: string(name), nameBytes: append([]byte(nil), name...), e: e, armedAt: never,
 		order: e.tubeSeq.Add(1)}
@@ -138,23 +145,29 @@ func (t *Tube) schedule(at int64) {
 
 // fire runs on a timer goroutine: it promotes due delayed jobs, returns
 // jobs whose TTR ran out, ends an expired pause, serves waiters and re-arms.
+// It moves at most lockChunk jobs: when more are due (a million delayed
+// jobs put with the same delay), the timer is re-armed for now, and the
+// next chunk waits behind whoever was waiting for the lock.
 func (t *Tube) fire() {
 	const shard = 0
 	var cl claims
 	t.mu.Lock()
 	now := t.e.mono()
 	t.armedAt = never
-	for j := t.delay.Top(); j != nil && j.deadline <= now; j = t.delay.Top() {
+	n := 0
+	for j := t.delay.Top(); j != nil && j.deadline <= now && n < lockChunk; j = t.delay.Top() {
 		t.remove(j, shard)
 		t.insertReady(j, now, shard)
+		n++
 	}
-	for j := t.ttr.Top(); j != nil && j.deadline <= now; j = t.ttr.Top() {
+	for j := t.ttr.Top(); j != nil && j.deadline <= now && n < lockChunk; j = t.ttr.Top() {
 		t.remove(j, shard)
 		j.owner.unlinkReserved(j)
 		j.owner = nil
 		j.timeouts++
 		t.e.ctr.add(shard, cJobTimeouts, 1)
 		t.insertReady(j, now, shard)
+		n++
 	}
 	if t.pauseUntil != 0 && now >= t.pauseUntil {
 		t.pauseUntil, t.pauseDur = 0, 0
