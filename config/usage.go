@@ -77,6 +77,19 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
             on its first start, ask the member whose --http is HOST:PORT
             to add this node (with the --http-token-file token)
 
+TLS, beside or instead of the plaintext listener (see docs/tls.md):
+ --tls-listen HOST:PORT
+            also serve the protocol over TLS on HOST:PORT
+ --tls-only
+            serve TLS only: no plaintext listener (-l and -p are unused)
+ --tls-cert FILE
+            the server's certificate chain (PEM)
+ --tls-key FILE
+            the server's private key (PEM)
+ --tls-client-ca FILE
+            accept only clients whose certificate a CA in FILE (PEM)
+            signed; SIGHUP reads the three files again
+
 %s import carries the jobs of beanstalkd's binlog over into beanpole's log
 and exits (beanstalkd's binlog in DIR, or read from SRC into DIR without
 changing SRC); %s import -h says more.

@@ -1,0 +1,485 @@
+package e2e
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TLS (--tls-listen): the certificates are made here, an ECDSA CA and
+// leaves it signs.
+
+// tlsHandshakeTimeout is the server's limit on a handshake (loop.TLSHandshakeTimeout).
+const tlsHandshakeTimeout = 10 * time.Second
+
+// testCA is a certificate authority made for one test.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+var serial atomic.Int64
+
+func newTestCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(serial.Add(1)),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+func (ca *testCA) pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(ca.cert)
+	return p
+}
+
+// issue makes a leaf for 127.0.0.1 (server) or a client, returning its
+// certificate and key in PEM and as a tls.Certificate.
+func (ca *testCA) issue(t *testing.T, name string, client bool) (certPEM, keyPEM []byte, pair tls.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial.Add(1)),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	if client {
+		tmpl.ExtKeyUsage, tmpl.IPAddresses = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	pair, err = tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certPEM, keyPEM, pair
+}
+
+func writeFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	// Written aside and renamed, so the server never reads half a file.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tlsServer is a server with a TLS listener as well.
+type tlsServer struct {
+	*server
+	tlsAddr           string
+	ca                *testCA
+	certFile, keyFile string
+}
+
+// startTLSServer starts a server with --tls-listen on a free port, its
+// certificate signed by a CA of its own, and waits until that port
+// listens too.
+func startTLSServer(t *testing.T, extra ...string) *tlsServer {
+	t.Helper()
+	skipUnlessBeanpole(t, "TLS is beanpole's")
+	dir := t.TempDir()
+	ca := newTestCA(t, "server CA")
+	certPEM, keyPEM, _ := ca.issue(t, "beanpole", false)
+	ts := &tlsServer{ca: ca, certFile: filepath.Join(dir, "cert.pem"), keyFile: filepath.Join(dir, "key.pem")}
+	writeFile(t, ts.certFile, certPEM)
+	writeFile(t, ts.keyFile, keyPEM)
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.tlsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ts.server = startServer(t, append([]string{"--tls-listen", ts.tlsAddr, "--tls-cert", ts.certFile, "--tls-key", ts.keyFile}, extra...)...)
+	probe := *ts.server
+	probe.port = port
+	waitFor(t, defaultTimeout, "the TLS port to listen", func() bool { ok, _ := probe.listening(); return ok })
+	return ts
+}
+
+// dialTLS makes a TLS connection trusting the server's CA, with the
+// client certificate given if any, and completes the handshake.
+func (ts *tlsServer) dialTLS(t *testing.T, certs ...tls.Certificate) (*conn, error) {
+	t.Helper()
+	d := &net.Dialer{Timeout: defaultTimeout}
+	tc, err := tls.DialWithDialer(d, "tcp", ts.tlsAddr, &tls.Config{RootCAs: ts.ca.pool(), Certificates: certs})
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { tc.Close() })
+	return &conn{nc: tc}, nil
+}
+
+func (ts *tlsServer) mustDialTLS(t *testing.T, certs ...tls.Certificate) *conn {
+	t.Helper()
+	c, err := ts.dialTLS(t, certs...)
+	if err != nil {
+		t.Fatalf("TLS handshake with %s: %v", ts.tlsAddr, err)
+	}
+	return c
+}
+
+// The protocol over TLS is the protocol: the same bytes, the same jobs as
+// the plaintext listener beside it.
+func TestTLSServesTheSameProtocolAsPlaintext(t *testing.T) {
+	t.Parallel()
+	ts := startTLSServer(t)
+	c := ts.mustDialTLS(t)
+	mustSend(t, c, "use tls\r\nput 1 0 60 5\r\nhello\r\n")
+	expect(t, c, "USING tls\r\nINSERTED 1\r\n")
+	mustSend(t, c, "watch tls\r\nreserve-with-timeout 0\r\n")
+	expect(t, c, "WATCHING 2\r\nRESERVED 1 5\r\nhello\r\n")
+	mustSend(t, c, "delete 1\r\ndelete 1\r\n")
+	expect(t, c, "DELETED\r\nNOT_FOUND\r\n")
+
+	// A job put over TLS is reserved over plaintext and the other way round.
+	mustSend(t, c, "put 0 0 60 3\r\nabc\r\n")
+	expect(t, c, "INSERTED 2\r\n")
+	p := ts.dial(t)
+	mustSend(t, p, "watch tls\r\nreserve-with-timeout 0\r\nput 0 0 60 1\r\nx\r\n")
+	expect(t, p, "WATCHING 2\r\nRESERVED 2 3\r\nabc\r\nINSERTED 3\r\n")
+	mustSend(t, c, "reserve-with-timeout 0\r\n")
+	expect(t, c, "RESERVED 3 1\r\nx\r\n")
+
+	// A body bigger than a TLS record (16 KiB) and than the bridge's buffers.
+	body := strings.Repeat("0123456789abcdef", 4000)
+	mustSend(t, c, "put 0 0 60 "+itoa(len(body))+"\r\n"+body+"\r\npeek 4\r\n")
+	expect(t, c, "INSERTED 4\r\nFOUND 4 "+itoa(len(body))+"\r\n"+body+"\r\n")
+
+	st := stats(t, p)
+	if st["current-connections"] != "2" {
+		t.Errorf("current-connections = %s, want 2 (one TLS, one plaintext)", st["current-connections"])
+	}
+	mustSend(t, c, "quit\r\n")
+	expectClosed(t, c)
+}
+
+// With --tls-client-ca only a client whose certificate that CA signed gets
+// in; one without a certificate, or with one from another CA, gets no
+// reply at all.
+func TestTLSClientCAAdmitsOnlyItsCertificates(t *testing.T) {
+	t.Parallel()
+	clientCA := newTestCA(t, "client CA")
+	caFile := filepath.Join(t.TempDir(), "clients.pem")
+	writeFile(t, caFile, clientCA.pem)
+	ts := startTLSServer(t, "--tls-client-ca", caFile)
+
+	_, _, good := clientCA.issue(t, "worker", true)
+	c := ts.mustDialTLS(t, good)
+	mustSend(t, c, "put 0 0 60 2\r\nok\r\n")
+	expect(t, c, "INSERTED 1\r\n")
+
+	_, _, stranger := newTestCA(t, "other CA").issue(t, "intruder", true)
+	for name, certs := range map[string][]tls.Certificate{"no certificate": nil, "another CA's": {stranger}} {
+		// TLS 1.3 lets the client finish its side of the handshake before
+		// the server checks the certificate: the refusal shows either in
+		// the handshake or as the first read.
+		c, err := ts.dialTLS(t, certs...)
+		if err != nil {
+			continue
+		}
+		_ = c.nc.SetDeadline(time.Now().Add(defaultTimeout))
+		_, _ = io.WriteString(c.nc, "stats\r\n")
+		got, err := io.ReadAll(c.nc)
+		if len(got) != 0 || err == nil || isTimeout(err) {
+			t.Errorf("%s: read %q, %v; want the handshake refused", name, got, err)
+		}
+	}
+	st := stats(t, ts.dial(t))
+	if st["total-jobs"] != "1" {
+		t.Errorf("total-jobs = %s, want 1", st["total-jobs"])
+	}
+}
+
+// A client that connects to the TLS port and says nothing is cut when the
+// handshake timeout passes, not before and not much later.
+func TestTLSStalledHandshakeIsCutAfterTheTimeout(t *testing.T) {
+	t.Parallel()
+	ts := startTLSServer(t)
+	start := time.Now()
+	nc, err := net.DialTimeout("tcp", ts.tlsAddr, defaultTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	slack := 20 * time.Second
+	_ = nc.SetReadDeadline(start.Add(tlsHandshakeTimeout + slack))
+	n, err := nc.Read(make([]byte, 1))
+	took := time.Since(start)
+	if isTimeout(err) {
+		t.Fatalf("still open after %v", took)
+	}
+	if n != 0 || err == nil {
+		t.Fatalf("read %d bytes, %v; want the connection closed", n, err)
+	}
+	if took < tlsHandshakeTimeout-time.Second {
+		t.Fatalf("closed after %v, before the %v handshake timeout", took, tlsHandshakeTimeout)
+	}
+	// The plaintext side was not held up meanwhile.
+	p := ts.dial(t)
+	mustSend(t, p, "use x\r\n")
+	expect(t, p, "USING x\r\n")
+}
+
+// Plaintext or garbage on the TLS port is closed at once, unanswered, and
+// counted in /metrics.
+func TestTLSGarbageIsClosedAtOnceAndCounted(t *testing.T) {
+	t.Parallel()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ts := startTLSServer(t, "--http", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	for i, junk := range []string{"stats\r\n", "put 0 0 60 5\r\nhello\r\n", "\x16\x03\x01\x00\x05junk!", strings.Repeat("\xff", 64)} {
+		start := time.Now()
+		nc, err := net.DialTimeout("tcp", ts.tlsAddr, defaultTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.WriteString(nc, junk)
+		_ = nc.SetReadDeadline(time.Now().Add(defaultTimeout))
+		got, err := io.ReadAll(nc)
+		nc.Close()
+		if isTimeout(err) {
+			t.Fatalf("%q: still open after %v", junk, time.Since(start))
+		}
+		// At most a TLS alert record (type 21) comes back, never a reply.
+		if len(got) != 0 && got[0] != 21 {
+			t.Errorf("%q: got %q, want no reply", junk, got)
+		}
+		want := float64(i + 1)
+		waitFor(t, defaultTimeout, "the failure in /metrics", func() bool {
+			v, ok := value(t, scrape(t, base), "beanpole_tls_handshake_failures_total", "")
+			return ok && v == want
+		})
+	}
+	if st := stats(t, ts.dial(t)); st["total-connections"] != "1" {
+		t.Errorf("total-connections = %s, want 1: no failed handshake reaches the protocol", st["total-connections"])
+	}
+}
+
+// SIGHUP reads the certificate and key again: new handshakes get the new
+// certificate, a connection made before keeps working, and a bad file
+// keeps the certificate loaded before.
+func TestTLSSIGHUPRotatesTheCertificateKeepingConnections(t *testing.T) {
+	t.Parallel()
+	ts := startTLSServer(t)
+	old := ts.mustDialTLS(t)
+	mustSend(t, old, "put 0 0 60 3\r\nold\r\n")
+	expect(t, old, "INSERTED 1\r\n")
+
+	newCA := newTestCA(t, "new server CA")
+	certPEM, keyPEM, _ := newCA.issue(t, "beanpole renewed", false)
+	// The key first: until both are in place a reload fails and keeps the
+	// old pair, it never serves a mismatched one.
+	writeFile(t, ts.keyFile, keyPEM)
+	writeFile(t, ts.certFile, certPEM)
+	ts.signal(t, syscall.SIGHUP)
+	subject := func() string {
+		tc, err := tls.DialWithDialer(&net.Dialer{Timeout: defaultTimeout}, "tcp", ts.tlsAddr, &tls.Config{InsecureSkipVerify: true})
+		if err != nil {
+			t.Fatalf("handshake: %v", err)
+		}
+		defer tc.Close()
+		return tc.ConnectionState().PeerCertificates[0].Subject.CommonName
+	}
+	waitFor(t, defaultTimeout, "the new certificate", func() bool { return subject() == "beanpole renewed" })
+	ts.ca = newCA
+	c := ts.mustDialTLS(t)
+	mustSend(t, c, "reserve-with-timeout 0\r\n")
+	expect(t, c, "RESERVED 1 3\r\nold\r\n")
+	mustSend(t, old, "put 0 0 60 3\r\nnew\r\nstats-job 1\r\n")
+	expect(t, old, "INSERTED 2\r\n")
+	if st := yamlMap(t, readYAML(t, old)); st["state"] != "reserved" {
+		t.Errorf("job 1 is %s over the old connection, want reserved", st["state"])
+	}
+
+	writeFile(t, ts.certFile, []byte("not a certificate\n"))
+	ts.signal(t, syscall.SIGHUP)
+	waitFor(t, defaultTimeout, "the reload error in the log", func() bool {
+		return strings.Contains(ts.out.String(), "the TLS files were not reloaded")
+	})
+	if got := subject(); got != "beanpole renewed" {
+		t.Errorf("after a failed reload the server presents %q, want the certificate loaded before", got)
+	}
+	select {
+	case <-ts.exited:
+		t.Fatal("the server exited on SIGHUP")
+	default:
+	}
+}
+
+// A client that half-closes its TLS connection (close_notify) after
+// sending gets every reply before the server closes.
+func TestTLSHalfCloseGetsEveryReply(t *testing.T) {
+	t.Parallel()
+	ts := startTLSServer(t)
+	c := ts.mustDialTLS(t)
+	var send, want strings.Builder
+	for i := 1; i <= 200; i++ {
+		send.WriteString("put 0 0 60 4\r\nbody\r\n")
+		want.WriteString("INSERTED " + itoa(i) + "\r\n")
+	}
+	for i := 1; i <= 200; i++ {
+		send.WriteString("delete " + itoa(i) + "\r\n")
+		want.WriteString("DELETED\r\n")
+	}
+	mustSend(t, c, send.String())
+	if err := c.nc.(*tls.Conn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(defaultTimeout))
+	got, err := io.ReadAll(c.nc)
+	if err != nil {
+		t.Fatalf("read: %v after %d bytes", err, len(got))
+	}
+	if string(got) != want.String() {
+		t.Fatalf("wrong replies%s", diffMsg(want.String(), string(got)))
+	}
+}
+
+// --tls-only serves TLS and nothing else.
+func TestTLSOnlyHasNoPlaintextListener(t *testing.T) {
+	skipUnlessBeanpole(t, "TLS is beanpole's")
+	t.Parallel()
+	dir := t.TempDir()
+	ca := newTestCA(t, "server CA")
+	certPEM, keyPEM, _ := ca.issue(t, "beanpole", false)
+	writeFile(t, filepath.Join(dir, "c.pem"), certPEM)
+	writeFile(t, filepath.Join(dir, "k.pem"), keyPEM)
+	plain, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &tlsServer{ca: ca, tlsAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	cmd := serverCommand("-l", "127.0.0.1", "-p", itoa(plain), "--tls-only", "--tls-listen", ts.tlsAddr,
+		"--tls-cert", filepath.Join(dir, "c.pem"), "--tls-key", filepath.Join(dir, "k.pem"))
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var c *conn
+	waitFor(t, defaultTimeout, "the TLS listener", func() bool {
+		c, err = ts.dialTLS(t)
+		return err == nil
+	})
+	mustSend(t, c, "put 0 0 60 2\r\nhi\r\n")
+	expect(t, c, "INSERTED 1\r\n")
+	if nc, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", itoa(plain)), defaultTimeout); err == nil {
+		nc.Close()
+		t.Fatalf("the plaintext port %d accepts connections under --tls-only\n%s", plain, out.String())
+	}
+}
+
+// openssl s_client, a client that shares no code with the server, speaks
+// the protocol over TLS.
+func TestTLSWithOpenSSLClient(t *testing.T) {
+	skipUnlessBeanpole(t, "TLS is beanpole's")
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Skip("openssl not installed")
+	}
+	t.Parallel()
+	ts := startTLSServer(t)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	writeFile(t, caFile, ts.ca.pem)
+	cmd := exec.Command(openssl, "s_client", "-connect", ts.tlsAddr, "-CAfile", caFile, "-verify_return_error", "-quiet")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if _, err := io.WriteString(stdin, "put 0 0 60 7\r\nopenssl\r\nreserve-with-timeout 0\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	want := "INSERTED 1\r\nRESERVED 1 7\r\nopenssl\r\n"
+	got := make(chan string, 1)
+	go func() {
+		b := make([]byte, len(want))
+		n, err := io.ReadFull(bufio.NewReader(stdout), b)
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+			got <- "error: " + err.Error()
+			return
+		}
+		got <- string(b[:n])
+	}()
+	select {
+	case g := <-got:
+		if g != want {
+			t.Fatalf("openssl s_client got%s\nstderr: %s", diffMsg(want, g), stderr.String())
+		}
+	case <-time.After(3 * defaultTimeout):
+		t.Fatalf("no reply through openssl s_client; stderr: %s", stderr.String())
+	}
+}
