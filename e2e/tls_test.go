@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TLS (--tls-listen): the certificates are made here, an ECDSA CA and
@@ -482,4 +484,74 @@ func TestTLSWithOpenSSLClient(t *testing.T) {
 	case <-time.After(3 * defaultTimeout):
 		t.Fatalf("no reply through openssl s_client; stderr: %s", stderr.String())
 	}
+}
+
+// Out of descriptors, TLS clients are refused like plaintext ones: each
+// one the server cannot bridge is closed unanswered instead of hanging,
+// the connections already open go on, and new clients are served once
+// some close (loop/accept.go, loop/tls.go).
+func TestTLSOutOfDescriptorsRefusesThenRecovers(t *testing.T) {
+	t.Parallel()
+	ts := startTLSServer(t)
+	pid := ts.pid()
+	const nofile = 64
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: nofile, Max: nofile}, nil); err != nil {
+		t.Skipf("prlimit: %v", err)
+	}
+	// try opens a TLS client and asks list-tube-used: served, or refused
+	// (a failed handshake, or a close with no reply).
+	try := func() (*conn, bool) {
+		t.Helper()
+		c, err := ts.dialTLS(t)
+		if err != nil {
+			return nil, false
+		}
+		mustSend(t, c, listUsed)
+		deadline := time.Now().Add(defaultTimeout)
+		for len(c.buf) < usingLen && c.fill(deadline) == nil {
+		}
+		switch {
+		case string(c.buf) == usingDflt:
+			c.buf = nil
+			return c, true
+		case c.eof != nil && len(c.buf) == 0:
+			return nil, false
+		}
+		t.Fatalf("want %q or a close, got %s (%v)", usingDflt, show(string(c.buf)), c.eof)
+		return nil, false
+	}
+	// Each TLS connection holds three descriptors: the client's socket and
+	// the socketpair's two ends; the acceptor keeps one spare.
+	want := (nofile-procFDs(t, pid))/3 - 2
+	var open []*conn
+	for {
+		if len(open) > nofile {
+			t.Fatalf("still serving after %d TLS connections with %d descriptors", len(open), nofile)
+		}
+		c, ok := try()
+		if !ok {
+			break
+		}
+		open = append(open, c)
+	}
+	t.Logf("%d TLS connections served with %d descriptors", len(open), nofile)
+	if len(open) < want {
+		t.Fatalf("only %d TLS connections served before the limit of %d descriptors, want %d", len(open), nofile, want)
+	}
+	for _, c := range open {
+		mustSend(t, c, listUsed)
+		expect(t, c, usingDflt)
+	}
+	fds := procFDs(t, pid)
+	for _, c := range open[len(open)-4:] {
+		c.nc.Close()
+	}
+	open = open[:len(open)-4]
+	waitFor(t, defaultTimeout, "the server to close 4 TLS connections", func() bool { return procFDs(t, pid) <= fds-4*3 })
+	if _, ok := try(); !ok {
+		t.Fatal("a new TLS client is refused after connections closed")
+	}
+	p := ts.dial(t)
+	mustSend(t, p, listUsed)
+	expect(t, p, usingDflt)
 }
