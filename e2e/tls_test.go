@@ -555,3 +555,41 @@ func TestTLSOutOfDescriptorsRefusesThenRecovers(t *testing.T) {
 	mustSend(t, p, listUsed)
 	expect(t, p, usingDflt)
 }
+
+// SIGHUP reads --tls-client-ca again: from then on only the new CA's
+// clients get in, and a client of the old CA already connected goes on.
+func TestTLSSIGHUPReplacesTheClientCA(t *testing.T) {
+	t.Parallel()
+	oldCA, newCA := newTestCA(t, "old client CA"), newTestCA(t, "new client CA")
+	caFile := filepath.Join(t.TempDir(), "clients.pem")
+	writeFile(t, caFile, oldCA.pem)
+	ts := startTLSServer(t, "--tls-client-ca", caFile)
+	_, _, oldCert := oldCA.issue(t, "old worker", true)
+	_, _, newCert := newCA.issue(t, "new worker", true)
+	old := ts.mustDialTLS(t, oldCert)
+	mustSend(t, old, "put 0 0 60 1\r\na\r\n")
+	expect(t, old, "INSERTED 1\r\n")
+
+	writeFile(t, caFile, newCA.pem)
+	ts.signal(t, syscall.SIGHUP)
+	// admitted reports whether a client with cert gets a reply.
+	admitted := func(cert tls.Certificate) bool {
+		c, err := ts.dialTLS(t, cert)
+		if err != nil {
+			return false
+		}
+		_ = c.nc.SetDeadline(time.Now().Add(defaultTimeout))
+		if _, err := io.WriteString(c.nc, listUsed); err != nil {
+			return false
+		}
+		got := make([]byte, usingLen)
+		_, err = io.ReadFull(c.nc, got)
+		return err == nil && string(got) == usingDflt
+	}
+	waitFor(t, defaultTimeout, "the new client CA", func() bool { return admitted(newCert) })
+	if admitted(oldCert) {
+		t.Error("a client of the replaced CA is still admitted")
+	}
+	mustSend(t, old, "put 0 0 60 1\r\nb\r\n")
+	expect(t, old, "INSERTED 2\r\n")
+}
