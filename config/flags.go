@@ -267,8 +267,8 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 		return fail("--tls-only, --tls-cert, --tls-key and --tls-client-ca go with --tls-listen")
 	case cfg.TLSListen != "" && (cfg.TLSCert == "" || cfg.TLSKey == ""):
 		return fail("--tls-listen needs --tls-cert and --tls-key")
-	case cfg.TLSOnly && cfg.ClusterDir != "":
-		return fail("--tls-only does not go with --cluster-dir: the other nodes forward over the plaintext listener")
+	case cfg.TLSListen != "" && cfg.ClusterDir != "":
+		return fail("--tls-listen does not go with --cluster-dir: a follower forwards its plaintext clients only")
 	}
 	return cfg, 0, false
 }

@@ -81,7 +81,8 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
 
 TLS, beside or instead of the plaintext listener (see docs/tls.md):
  --tls-listen HOST:PORT
-            also serve the protocol over TLS on HOST:PORT
+            also serve the protocol over TLS on HOST:PORT (not in cluster
+            mode)
  --tls-only
             serve TLS only: no plaintext listener (-l and -p are unused)
  --tls-cert FILE
@@ -259,9 +260,9 @@ func TestParse(t *testing.T) {
 			stderr: usageErr("--tls-listen needs --tls-cert and --tls-key"), code: 5, done: true},
 		{name: "tls only needs a tls listener", args: []string{"--tls-only"},
 			stderr: usageErr("--tls-only, --tls-cert, --tls-key and --tls-client-ca go with --tls-listen"), code: 5, done: true},
-		{name: "tls only without cluster", args: []string{"--tls-only", "--tls-listen=:11301", "--tls-cert=c", "--tls-key=k",
+		{name: "tls without cluster", args: []string{"--tls-listen=:11301", "--tls-cert=c", "--tls-key=k",
 			"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000"},
-			stderr: usageErr("--tls-only does not go with --cluster-dir: the other nodes forward over the plaintext listener"), code: 5, done: true},
+			stderr: usageErr("--tls-listen does not go with --cluster-dir: a follower forwards its plaintext clients only"), code: 5, done: true},
 		{name: "pprof takes no value", args: []string{"--http-pprof=1"},
 			stderr: usageErr("flag takes no argument: --http-pprof"), code: 5, done: true},
 		{name: "http max conns", args: []string{"--http-max-conns=5"},
