@@ -593,3 +593,62 @@ func TestTLSSIGHUPReplacesTheClientCA(t *testing.T) {
 	mustSend(t, old, "put 0 0 60 1\r\nb\r\n")
 	expect(t, old, "INSERTED 2\r\n")
 }
+
+// A graceful stop (SIGTERM) closes TLS clients cleanly, with close_notify,
+// and the server still exits 0.
+func TestTLSGracefulStopClosesWithCloseNotify(t *testing.T) {
+	t.Parallel()
+	ts := startTLSServer(t)
+	nc, err := net.DialTimeout("tcp", ts.tlsAddr, defaultTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// TLS 1.2, whose record headers say which records are alerts.
+	rec := &recordingConn{Conn: nc}
+	tc := tls.Client(rec, &tls.Config{RootCAs: ts.ca.pool(), ServerName: "127.0.0.1", MaxVersion: tls.VersionTLS12})
+	c := &conn{nc: tc}
+	mustSend(t, c, "put 0 0 60 2\r\nhi\r\n")
+	expect(t, c, "INSERTED 1\r\n")
+	ts.signal(t, syscall.SIGTERM)
+	_ = tc.SetReadDeadline(time.Now().Add(defaultTimeout))
+	if got, err := io.ReadAll(tc); err != nil || len(got) != 0 {
+		t.Fatalf("read %q, %v; want a clean TLS close", got, err)
+	}
+	if types := recordTypes(rec.got); len(types) == 0 || types[len(types)-1] != 21 {
+		t.Fatalf("the server's records are of types %v: the last is not an alert (close_notify)", types)
+	}
+	select {
+	case <-ts.exited:
+	case <-time.After(2 * defaultTimeout):
+		t.Fatal("the server did not exit after SIGTERM")
+	}
+	if code := ts.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit code %d, want 0", code)
+	}
+}
+
+// recordingConn keeps every byte read through it.
+type recordingConn struct {
+	net.Conn
+	got []byte
+}
+
+func (r *recordingConn) Read(b []byte) (int, error) {
+	n, err := r.Conn.Read(b)
+	r.got = append(r.got, b[:n]...)
+	return n, err
+}
+
+// recordTypes is the content type of each TLS record in b.
+func recordTypes(b []byte) []byte {
+	var types []byte
+	for len(b) >= 5 {
+		n := 5 + int(b[3])<<8 + int(b[4])
+		if n > len(b) {
+			break
+		}
+		types, b = append(types, b[0]), b[n:]
+	}
+	return types
+}
