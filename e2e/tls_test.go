@@ -278,8 +278,8 @@ func TestTLSStalledHandshakeIsCutAfterTheTimeout(t *testing.T) {
 	expect(t, p, "USING x\r\n")
 }
 
-// Plaintext or garbage on the TLS port is closed at once, unanswered, and
-// counted in /metrics.
+// Plaintext or garbage on the TLS port is closed at once, unanswered,
+// counted in /metrics and logged at most once a second.
 func TestTLSGarbageIsClosedAtOnceAndCounted(t *testing.T) {
 	t.Parallel()
 	port, err := freePort()
@@ -288,6 +288,7 @@ func TestTLSGarbageIsClosedAtOnceAndCounted(t *testing.T) {
 	}
 	base := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	ts := startTLSServer(t, "--http", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	begin := time.Now()
 	for i, junk := range []string{"stats\r\n", "put 0 0 60 5\r\nhello\r\n", "\x16\x03\x01\x00\x05junk!", strings.Repeat("\xff", 64)} {
 		start := time.Now()
 		nc, err := net.DialTimeout("tcp", ts.tlsAddr, defaultTimeout)
@@ -310,6 +311,27 @@ func TestTLSGarbageIsClosedAtOnceAndCounted(t *testing.T) {
 			v, ok := value(t, scrape(t, base), "beanpole_tls_handshake_failures_total", "")
 			return ok && v == want
 		})
+	}
+	const burst = 30
+	for range burst {
+		nc, err := net.DialTimeout("tcp", ts.tlsAddr, defaultTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.WriteString(nc, "stats\r\n")
+		_ = nc.SetReadDeadline(time.Now().Add(defaultTimeout))
+		_, _ = io.ReadAll(nc)
+		nc.Close()
+	}
+	waitFor(t, defaultTimeout, "the burst in /metrics", func() bool {
+		v, ok := value(t, scrape(t, base), "beanpole_tls_handshake_failures_total", "")
+		return ok && v == 4+burst
+	})
+	took := time.Since(begin)
+	const line = "TLS handshake failed"
+	waitFor(t, defaultTimeout, "a log line", func() bool { return strings.Contains(ts.out.String(), line) })
+	if n, most := strings.Count(ts.out.String(), line), 1+int(took/time.Second); n > most {
+		t.Errorf("%d log lines for %d failed handshakes in %v, want at most %d (one a second)", n, 4+burst, took, most)
 	}
 	if st := stats(t, ts.dial(t)); st["total-connections"] != "1" {
 		t.Errorf("total-connections = %s, want 1: no failed handshake reaches the protocol", st["total-connections"])
