@@ -579,7 +579,8 @@ func TestTLSOutOfDescriptorsRefusesThenRecovers(t *testing.T) {
 }
 
 // SIGHUP reads --tls-client-ca again: from then on only the new CA's
-// clients get in, and a client of the old CA already connected goes on.
+// clients get in, even those resuming a session the old CA let in, and a
+// client of the old CA already connected goes on.
 func TestTLSSIGHUPReplacesTheClientCA(t *testing.T) {
 	t.Parallel()
 	oldCA, newCA := newTestCA(t, "old client CA"), newTestCA(t, "new client CA")
@@ -588,28 +589,54 @@ func TestTLSSIGHUPReplacesTheClientCA(t *testing.T) {
 	ts := startTLSServer(t, "--tls-client-ca", caFile)
 	_, _, oldCert := oldCA.issue(t, "old worker", true)
 	_, _, newCert := newCA.issue(t, "new worker", true)
-	old := ts.mustDialTLS(t, oldCert)
+	// The old CA's client keeps its sessions, to resume them.
+	oldSessions := tls.NewLRUClientSessionCache(8)
+	dial := func(cert tls.Certificate, sessions tls.ClientSessionCache) (*tls.Conn, error) {
+		d := &net.Dialer{Timeout: defaultTimeout}
+		tc, err := tls.DialWithDialer(d, "tcp", ts.tlsAddr,
+			&tls.Config{RootCAs: ts.ca.pool(), Certificates: []tls.Certificate{cert}, ClientSessionCache: sessions})
+		if err == nil {
+			t.Cleanup(func() { tc.Close() })
+		}
+		return tc, err
+	}
+	tc, err := dial(oldCert, oldSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &conn{nc: tc}
 	mustSend(t, old, "put 0 0 60 1\r\na\r\n")
-	expect(t, old, "INSERTED 1\r\n")
+	expect(t, old, "INSERTED 1\r\n") // the session ticket came before it
+	if tc, err := dial(oldCert, oldSessions); err != nil || !tc.ConnectionState().DidResume {
+		t.Fatalf("no session to resume (%v): the test cannot check that a resumption is refused", err)
+	}
 
 	writeFile(t, caFile, newCA.pem)
 	ts.signal(t, syscall.SIGHUP)
+	waitFor(t, defaultTimeout, "the reload", func() bool {
+		return strings.Contains(ts.out.String(), "the TLS certificate, key and client CA were reloaded")
+	})
 	// admitted reports whether a client with cert gets a reply.
-	admitted := func(cert tls.Certificate) bool {
-		c, err := ts.dialTLS(t, cert)
+	admitted := func(cert tls.Certificate, sessions tls.ClientSessionCache) bool {
+		tc, err := dial(cert, sessions)
 		if err != nil {
 			return false
 		}
-		_ = c.nc.SetDeadline(time.Now().Add(defaultTimeout))
-		if _, err := io.WriteString(c.nc, listUsed); err != nil {
+		_ = tc.SetDeadline(time.Now().Add(defaultTimeout))
+		if _, err := io.WriteString(tc, listUsed); err != nil {
 			return false
 		}
 		got := make([]byte, usingLen)
-		_, err = io.ReadFull(c.nc, got)
+		_, err = io.ReadFull(tc, got)
 		return err == nil && string(got) == usingDflt
 	}
-	waitFor(t, defaultTimeout, "the new client CA", func() bool { return admitted(newCert) })
-	if admitted(oldCert) {
+	if !admitted(newCert, nil) {
+		t.Error("a client of the new CA is refused")
+	}
+	if admitted(oldCert, oldSessions) {
+		t.Error("a client of the replaced CA is still admitted, resuming its session")
+	}
+	if admitted(oldCert, nil) {
 		t.Error("a client of the replaced CA is still admitted")
 	}
 	mustSend(t, old, "put 0 0 60 1\r\nb\r\n")
