@@ -19,6 +19,11 @@ type statsSource struct {
 	srv  *loop.Server
 	eng  *engine.Engine
 	blog *persist.Log // nil without -b
+	tls  bool         // --tls-listen
+}
+
+func (s statsSource) TLSHandshakeFailures() (uint64, bool) {
+	return s.srv.TLSHandshakeFailures(), s.tls
 }
 
 func (s statsSource) ServerStats(st *codec.ServerStats) { s.srv.Stats(st) }

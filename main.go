@@ -58,13 +58,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Debug().Uint64("nofile", hard).Msg("open-file limit raised")
 	}
 
-	lns, _, err := config.Listen(&cfg, log)
-	if err != nil {
-		fmt.Fprintf(stderr, "beanpole: listen: %v\n", err)
-		return 111
+	var lns []net.Listener
+	var err error
+	if !cfg.TLSOnly {
+		if lns, _, err = config.Listen(&cfg, log); err != nil {
+			fmt.Fprintf(stderr, "beanpole: listen: %v\n", err)
+			return 111
+		}
 	}
 	for _, ln := range lns {
 		log.Info().Str("addr", listenerName(ln)).Int("pid", os.Getpid()).Msg("listening")
+	}
+	// The TLS files are read before dropping privileges (a key is often
+	// readable by root alone); SIGHUP reads them again as the -u user.
+	var tlsFiles *loop.TLSFiles
+	var tlsLn net.Listener
+	if cfg.TLSListen != "" {
+		if tlsFiles, err = loop.LoadTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA); err != nil {
+			fmt.Fprintf(stderr, "beanpole: %v\n", err)
+			return 1
+		}
+		if tlsLn, err = net.Listen("tcp", cfg.TLSListen); err != nil {
+			fmt.Fprintf(stderr, "beanpole: listen: --tls-listen %s: %v\n", cfg.TLSListen, err)
+			return 111
+		}
+		log.Info().Str("addr", tlsLn.Addr().String()).Int("pid", os.Getpid()).Bool("client-certificates", cfg.TLSClientCA != "").
+			Msg("listening: TLS")
 	}
 
 	// The HTTP side (--http) comes up before the binlog is replayed, so
@@ -173,11 +192,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
 	signal.Ignore(syscall.SIGPIPE)
-	served := make(chan error, len(lns))
+	if tlsFiles != nil {
+		signal.Notify(sigs, syscall.SIGHUP)
+	}
+	served := make(chan error, len(lns)+1)
 	for _, ln := range lns {
 		go func() { served <- srv.Serve(ln) }()
 	}
-	adm.SetSource(statsSource{srv: srv, eng: eng, blog: blog}, eng)
+	if tlsLn != nil {
+		go func() { served <- srv.ServeTLS(tlsLn, tlsFiles.Config()) }()
+	}
+	adm.SetSource(statsSource{srv: srv, eng: eng, blog: blog, tls: tlsLn != nil}, eng)
 	adm.SetState(admin.Ready)
 	if err := config.SdNotify("READY=1"); err != nil {
 		log.Warn().Err(err).Msg("could not tell systemd the server is ready")
@@ -186,6 +211,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for {
 		select {
 		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				// New handshakes get the files read now; open
+				// connections keep theirs. A bad file keeps the old ones.
+				if err := tlsFiles.Reload(); err != nil {
+					log.Error().Err(err).Msg("SIGHUP: the TLS files were not reloaded; the ones loaded before stay in use")
+				} else {
+					log.Info().Msg("SIGHUP: the TLS certificate, key and client CA were reloaded")
+				}
+				continue
+			}
 			if sig == syscall.SIGUSR1 {
 				// Drain mode, as upstream: puts are refused from now on.
 				eng.SetDraining()

@@ -37,6 +37,12 @@ type Source interface {
 	Memory(k engine.MemKind) int64
 }
 
+// tlsSource is a Source that may serve TLS: TLSHandshakeFailures counts
+// the failed handshakes, false without a TLS listener.
+type tlsSource interface {
+	TLSHandshakeFailures() (uint64, bool)
+}
+
 // Metric names.
 //
 // Every numeric key of `stats` becomes beanstalkd_<key> and every numeric
@@ -114,6 +120,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		prometheus.NewDesc("beanpole_connections_refused_total",
 			"Connections closed as soon as accepted: out of descriptors, or keeping the last ones for the binlog.", nil, nil),
 		prometheus.CounterValue, float64(src.Refused()))
+	if t, ok := src.(tlsSource); ok {
+		if n, on := t.TLSHandshakeFailures(); on {
+			ch <- prometheus.MustNewConstMetric(
+				prometheus.NewDesc("beanpole_tls_handshake_failures_total",
+					"TLS handshakes (--tls-listen) that failed or timed out.", nil, nil),
+				prometheus.CounterValue, float64(n))
+		}
+	}
 	ch <- prometheus.MustNewConstMetric(
 		prometheus.NewDesc("beanpole_connections_closed_total",
 			"Connections served and since closed (total-connections less current-connections).", nil, nil),

@@ -97,6 +97,12 @@ type Config struct {
 	// upstream beanstalkd's, imported first) whose jobs seed an empty group
 	// when this node first leads it.
 	ClusterImport string
+	// TLS: --tls-listen (HOST:PORT of a TLS listener beside the plaintext
+	// one), --tls-only (no plaintext listener), --tls-cert and --tls-key
+	// (PEM), --tls-client-ca (clients must present a certificate it
+	// signed).
+	TLSListen, TLSCert, TLSKey, TLSClientCA string
+	TLSOnly                                 bool
 
 	// Whether -l / -p appeared at all. Upstream warns that they are
 	// ignored when systemd hands over a socket, even when the value given
@@ -273,6 +279,14 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 	} else if cfg.NodeID != "" || cfg.RaftAddr != "" || cfg.Bootstrap != "" || cfg.Join != "" || cfg.ClusterImport != "" {
 		return fail("--node-id, --raft, --bootstrap, --join and --cluster-import go with --cluster-dir")
 	}
+	switch {
+	case cfg.TLSListen == "" && (cfg.TLSOnly || cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSClientCA != ""):
+		return fail("--tls-only, --tls-cert, --tls-key and --tls-client-ca go with --tls-listen")
+	case cfg.TLSListen != "" && (cfg.TLSCert == "" || cfg.TLSKey == ""):
+		return fail("--tls-listen needs --tls-cert and --tls-key")
+	case cfg.TLSListen != "" && cfg.ClusterDir != "":
+		return fail("--tls-listen does not go with --cluster-dir: a follower forwards its plaintext clients only")
+	}
 	return cfg, 0, false
 }
 
@@ -350,6 +364,17 @@ var longOpts = []longOpt{
 		cfg.Join = v
 		return nil
 	}},
+	{name: "--tls-listen", set: func(cfg *Config, v string) error {
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			return err
+		}
+		cfg.TLSListen = v
+		return nil
+	}},
+	{name: "--tls-only", flag: func(cfg *Config) { cfg.TLSOnly = true }},
+	{name: "--tls-cert", set: nonEmpty(func(cfg *Config, v string) { cfg.TLSCert = v })},
+	{name: "--tls-key", set: nonEmpty(func(cfg *Config, v string) { cfg.TLSKey = v })},
+	{name: "--tls-client-ca", set: nonEmpty(func(cfg *Config, v string) { cfg.TLSClientCA = v })},
 	{name: "--metrics-max-tubes", set: func(cfg *Config, v string) error {
 		n, err := strconv.ParseUint(v, 10, 31)
 		if err != nil {

@@ -90,6 +90,20 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
             seed an empty group with the jobs of the binlog in DIR
             (beanpole's, or beanstalkd's, which is imported first)
 
+TLS, beside or instead of the plaintext listener (see docs/tls.md):
+ --tls-listen HOST:PORT
+            also serve the protocol over TLS on HOST:PORT (not in cluster
+            mode)
+ --tls-only
+            serve TLS only: no plaintext listener (-l and -p are unused)
+ --tls-cert FILE
+            the server's certificate chain (PEM)
+ --tls-key FILE
+            the server's private key (PEM)
+ --tls-client-ca FILE
+            accept only clients whose certificate a CA in FILE (PEM)
+            signed; SIGHUP reads the three files again
+
 beanpole import carries the jobs of beanstalkd's binlog over into beanpole's log
 and exits (beanstalkd's binlog in DIR, or read from SRC into DIR without
 changing SRC); beanpole import -h says more.
@@ -243,6 +257,23 @@ func TestParse(t *testing.T) {
 			stderr: usageErr("invalid value for --http-host: beans.example:8080 (want a host name or an IP address, without a port)"), code: 5, done: true},
 		{name: "http host empty", args: []string{"--http-host="},
 			stderr: usageErr("invalid value for --http-host:  (want a host name or an IP address, without a port)"), code: 5, done: true},
+		{name: "tls beside plaintext", args: []string{"--tls-listen", "127.0.0.1:11301", "--tls-cert=c.pem", "--tls-key", "k.pem", "--tls-client-ca", "ca.pem"},
+			want: with(func(c *Config) {
+				c.TLSListen, c.TLSCert, c.TLSKey, c.TLSClientCA = "127.0.0.1:11301", "c.pem", "k.pem", "ca.pem"
+			})},
+		{name: "tls only", args: []string{"--tls-only", "--tls-listen=:11301", "--tls-cert", "c.pem", "--tls-key", "k.pem"},
+			want: with(func(c *Config) {
+				c.TLSListen, c.TLSCert, c.TLSKey, c.TLSOnly = ":11301", "c.pem", "k.pem", true
+			})},
+		{name: "tls listen needs a port", args: []string{"--tls-listen", "127.0.0.1"},
+			stderr: usageErr("invalid value for --tls-listen: 127.0.0.1 (address 127.0.0.1: missing port in address)"), code: 5, done: true},
+		{name: "tls listen needs a certificate", args: []string{"--tls-listen", ":11301", "--tls-cert", "c.pem"},
+			stderr: usageErr("--tls-listen needs --tls-cert and --tls-key"), code: 5, done: true},
+		{name: "tls only needs a tls listener", args: []string{"--tls-only"},
+			stderr: usageErr("--tls-only, --tls-cert, --tls-key and --tls-client-ca go with --tls-listen"), code: 5, done: true},
+		{name: "tls without cluster", args: []string{"--tls-listen=:11301", "--tls-cert=c", "--tls-key=k",
+			"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000"},
+			stderr: usageErr("--tls-listen does not go with --cluster-dir: a follower forwards its plaintext clients only"), code: 5, done: true},
 		{name: "pprof takes no value", args: []string{"--http-pprof=1"},
 			stderr: usageErr("flag takes no argument: --http-pprof"), code: 5, done: true},
 		{name: "http max conns", args: []string{"--http-max-conns=5"},

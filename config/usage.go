@@ -88,6 +88,20 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
             seed an empty group with the jobs of the binlog in DIR
             (beanpole's, or beanstalkd's, which is imported first)
 
+TLS, beside or instead of the plaintext listener (see docs/tls.md):
+ --tls-listen HOST:PORT
+            also serve the protocol over TLS on HOST:PORT (not in cluster
+            mode)
+ --tls-only
+            serve TLS only: no plaintext listener (-l and -p are unused)
+ --tls-cert FILE
+            the server's certificate chain (PEM)
+ --tls-key FILE
+            the server's private key (PEM)
+ --tls-client-ca FILE
+            accept only clients whose certificate a CA in FILE (PEM)
+            signed; SIGHUP reads the three files again
+
 %s import carries the jobs of beanstalkd's binlog over into beanpole's log
 and exits (beanstalkd's binlog in DIR, or read from SRC into DIR without
 changing SRC); %s import -h says more.

@@ -35,6 +35,12 @@ import (
 // binlog must never fail to open a segment because clients took every
 // descriptor.
 func (s *Server) Serve(ln net.Listener) error {
+	return s.serve(ln, nil)
+}
+
+// serve is Serve, handing each accepted descriptor to hand instead of
+// gnet when hand is not nil (ServeTLS).
+func (s *Server) serve(ln net.Listener, hand func(fd int, local net.Addr)) error {
 	lf, err := listenerFile(ln)
 	if err != nil {
 		return err
@@ -56,7 +62,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Unlock()
 	defer s.acceptWG.Done()
 
-	a := acceptor{s: s, network: "tcp", local: ln.Addr(), queued: true}
+	a := acceptor{s: s, network: "tcp", local: ln.Addr(), queued: true, hand: hand}
 	if _, ok := ln.(*net.UnixListener); ok {
 		a.network, a.queued = "unix", false
 	}
@@ -150,7 +156,9 @@ func (a *acceptor) acceptAll(lfd int) bool {
 			// systemd holds connections from before we started).
 			_ = setTCPOptions(fd)
 		}
-		if err := a.s.cli.EnrollFD(fd, a.network, a.local, nil, nil); err != nil {
+		if a.hand != nil {
+			a.hand(fd, a.local)
+		} else if err := a.s.cli.EnrollFD(fd, a.network, a.local, nil, nil); err != nil {
 			a.failed(-1, err) // fd is closed: that client is answered already
 			continue
 		}
@@ -182,6 +190,9 @@ type acceptor struct {
 	spare    int // a descriptor kept to give up at EMFILE (shed); -1: none
 	backoff  time.Duration
 	shedding bool // shedding to keep descriptors in reserve (reserve.go)
+	// hand, when set, takes each accepted descriptor instead of gnet
+	// (ServeTLS).
+	hand func(fd int, local net.Addr)
 }
 
 // failed handles an accept or enroll error: out of descriptors, it sheds

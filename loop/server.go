@@ -104,8 +104,12 @@ type Server struct {
 	// enrollWarned is when a failed registration was last logged (unix
 	// nanoseconds): at most one line a second.
 	enrollWarned atomic.Int64
-	stopping     atomic.Bool
-	acceptWG     sync.WaitGroup
+	// tlsFailures counts failed TLS handshakes; tlsWarned is when one was
+	// last logged (unix nanoseconds).
+	tlsFailures atomic.Uint64
+	tlsWarned   atomic.Int64
+	stopping    atomic.Bool
+	acceptWG    sync.WaitGroup
 
 	throttled throttleSet
 

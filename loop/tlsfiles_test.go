@@ -1,0 +1,109 @@
+package loop
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// selfSigned returns a self-signed certificate and its key, in PEM.
+func selfSigned(t *testing.T, name string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
+// served is the certificate name and client policy a handshake would get.
+func served(t *testing.T, f *TLSFiles) (string, tls.ClientAuthType) {
+	t.Helper()
+	c, err := f.Config().GetConfigForClient(&tls.ClientHelloInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(c.Certificates[0].Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaf.Subject.CommonName, c.ClientAuth
+}
+
+// A reload that fails, whichever file is wrong, leaves the files loaded
+// before in use; one that succeeds replaces all three.
+func TestTLSFilesBadReloadKeepsTheLoadedOnes(t *testing.T) {
+	dir := t.TempDir()
+	path := func(name string) string { return filepath.Join(dir, name) }
+	write := func(name string, data []byte) {
+		t.Helper()
+		if err := os.WriteFile(path(name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cert1, key1 := selfSigned(t, "first")
+	cert2, key2 := selfSigned(t, "second")
+	ca, _ := selfSigned(t, "clients")
+	write("cert", cert1)
+	write("key", key1)
+	write("ca", ca)
+	f, err := LoadTLS(path("cert"), path("key"), path("ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, auth := served(t, f); name != "first" || auth != tls.RequireAndVerifyClientCert {
+		t.Fatalf("serving %q with %v, want first with RequireAndVerifyClientCert", name, auth)
+	}
+
+	for _, bad := range []struct {
+		what      string
+		cert, key []byte
+		ca        []byte
+		err       string
+	}{
+		{"a key of another certificate", cert2, key1, ca, "--tls-cert"},
+		{"no certificate", []byte("junk\n"), key2, ca, "--tls-cert"},
+		{"a client CA file without PEM", cert2, key2, []byte("junk\n"), "--tls-client-ca"},
+	} {
+		write("cert", bad.cert)
+		write("key", bad.key)
+		write("ca", bad.ca)
+		if err := f.Reload(); err == nil || !strings.Contains(err.Error(), bad.err) {
+			t.Errorf("%s: Reload() = %v, want an error naming %s", bad.what, err, bad.err)
+		}
+		if name, auth := served(t, f); name != "first" || auth != tls.RequireAndVerifyClientCert {
+			t.Errorf("%s: serving %q with %v after a failed reload, want first with RequireAndVerifyClientCert", bad.what, name, auth)
+		}
+	}
+	write("ca", ca)
+	if err := f.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if name, _ := served(t, f); name != "second" {
+		t.Errorf("serving %q after a good reload, want second", name)
+	}
+	if _, err := LoadTLS(path("cert"), path("missing"), ""); err == nil {
+		t.Error("LoadTLS with a missing key succeeded")
+	}
+}
