@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -41,8 +43,16 @@ func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, ad
 			return nil, config.ExitUsage
 		}
 	}
+	var nodeTLS *tls.Config
+	if cfg.TLSCert != "" {
+		var err error
+		if nodeTLS, err = loadNodeTLS(cfg); err != nil {
+			fmt.Fprintf(stderr, "beanpole: the links between nodes: %v\n", err)
+			return nil, 1
+		}
+	}
 	node, err := cluster.Open(cluster.Config{ID: cfg.NodeID, Dir: cfg.ClusterDir, Raft: cfg.RaftAddr,
-		Bootstrap: members, Log: log})
+		Bootstrap: members, TLS: nodeTLS, Log: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "beanpole: %v\n", err)
 		return nil, 1
@@ -132,6 +142,24 @@ func join(cfg *config.Config, stderr io.Writer) int {
 		return code
 	}
 	return 0
+}
+
+// loadNodeTLS reads this node's certificate and the CA that signed every
+// node's, for mutual TLS between nodes.
+func loadNodeTLS(cfg *config.Config) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	if err != nil {
+		return nil, err
+	}
+	pem, err := os.ReadFile(cfg.TLSClientCA)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", cfg.TLSClientCA)
+	}
+	return cluster.NodeTLS(cert, pool), nil
 }
 
 // clientAddr is the address other nodes forward this node's clients to:

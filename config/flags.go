@@ -280,8 +280,11 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 		return fail("--node-id, --raft, --bootstrap, --join and --cluster-import go with --cluster-dir")
 	}
 	switch {
-	case cfg.TLSListen == "" && (cfg.TLSOnly || cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSClientCA != ""):
-		return fail("--tls-only, --tls-cert, --tls-key and --tls-client-ca go with --tls-listen")
+	case cfg.ClusterDir != "" && cfg.TLSListen == "" && (cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSClientCA != "") &&
+		(cfg.TLSCert == "" || cfg.TLSKey == "" || cfg.TLSClientCA == ""):
+		return fail("the links between cluster nodes take --tls-cert, --tls-key and --tls-client-ca together")
+	case cfg.TLSListen == "" && (cfg.TLSOnly || cfg.ClusterDir == "" && (cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSClientCA != "")):
+		return fail("--tls-only, --tls-cert, --tls-key and --tls-client-ca go with --tls-listen (or, for the links between nodes, --cluster-dir)")
 	case cfg.TLSListen != "" && (cfg.TLSCert == "" || cfg.TLSKey == ""):
 		return fail("--tls-listen needs --tls-cert and --tls-key")
 	case cfg.TLSListen != "" && cfg.ClusterDir != "":

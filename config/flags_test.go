@@ -270,7 +270,15 @@ func TestParse(t *testing.T) {
 		{name: "tls listen needs a certificate", args: []string{"--tls-listen", ":11301", "--tls-cert", "c.pem"},
 			stderr: usageErr("--tls-listen needs --tls-cert and --tls-key"), code: 5, done: true},
 		{name: "tls only needs a tls listener", args: []string{"--tls-only"},
-			stderr: usageErr("--tls-only, --tls-cert, --tls-key and --tls-client-ca go with --tls-listen"), code: 5, done: true},
+			stderr: usageErr("--tls-only, --tls-cert, --tls-key and --tls-client-ca go with --tls-listen (or, for the links between nodes, --cluster-dir)"), code: 5, done: true},
+		{name: "cluster links take the three tls files", args: []string{"--tls-cert=c", "--tls-key=k",
+			"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000"},
+			stderr: usageErr("the links between cluster nodes take --tls-cert, --tls-key and --tls-client-ca together"), code: 5, done: true},
+		{name: "cluster links over tls", args: []string{"--tls-cert=c", "--tls-key=k", "--tls-client-ca=ca",
+			"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000"},
+			want: with(func(c *Config) {
+				c.TLSCert, c.TLSKey, c.TLSClientCA, c.ClusterDir, c.NodeID, c.RaftAddr = "c", "k", "ca", "d", "a", "127.0.0.1:7000"
+			})},
 		{name: "tls without cluster", args: []string{"--tls-listen=:11301", "--tls-cert=c", "--tls-key=k",
 			"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000"},
 			stderr: usageErr("--tls-listen does not go with --cluster-dir: a follower forwards its plaintext clients only"), code: 5, done: true},

@@ -75,7 +75,17 @@ func (ca *testCA) pool() *x509.CertPool {
 
 // issue makes a leaf for 127.0.0.1 (server) or a client, returning its
 // certificate and key in PEM and as a tls.Certificate.
-func (ca *testCA) issue(t *testing.T, name string, client bool) (certPEM, keyPEM []byte, pair tls.Certificate) {
+// certUse is what a certificate is for: a server's (for 127.0.0.1), a
+// client's, or a cluster node's (both, for 127.0.0.1).
+type certUse int
+
+const (
+	serverCert certUse = iota
+	clientCert
+	nodeCert
+)
+
+func (ca *testCA) issue(t *testing.T, name string, use certUse) (certPEM, keyPEM []byte, pair tls.Certificate) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -90,8 +100,11 @@ func (ca *testCA) issue(t *testing.T, name string, client bool) (certPEM, keyPEM
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
 	}
-	if client {
+	switch use {
+	case clientCert:
 		tmpl.ExtKeyUsage, tmpl.IPAddresses = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil
+	case nodeCert:
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -138,7 +151,7 @@ func startTLSServer(t *testing.T, extra ...string) *tlsServer {
 	skipUnlessBeanpole(t, "TLS is beanpole's")
 	dir := t.TempDir()
 	ca := newTestCA(t, "server CA")
-	certPEM, keyPEM, _ := ca.issue(t, "beanpole", false)
+	certPEM, keyPEM, _ := ca.issue(t, "beanpole", serverCert)
 	ts := &tlsServer{ca: ca, certFile: filepath.Join(dir, "cert.pem"), keyFile: filepath.Join(dir, "key.pem")}
 	writeFile(t, ts.certFile, certPEM)
 	writeFile(t, ts.keyFile, keyPEM)
@@ -221,12 +234,12 @@ func TestTLSClientCAAdmitsOnlyItsCertificates(t *testing.T) {
 	writeFile(t, caFile, clientCA.pem)
 	ts := startTLSServer(t, "--tls-client-ca", caFile)
 
-	_, _, good := clientCA.issue(t, "worker", true)
+	_, _, good := clientCA.issue(t, "worker", clientCert)
 	c := ts.mustDialTLS(t, good)
 	mustSend(t, c, "put 0 0 60 2\r\nok\r\n")
 	expect(t, c, "INSERTED 1\r\n")
 
-	_, _, stranger := newTestCA(t, "other CA").issue(t, "intruder", true)
+	_, _, stranger := newTestCA(t, "other CA").issue(t, "intruder", clientCert)
 	for name, certs := range map[string][]tls.Certificate{"no certificate": nil, "another CA's": {stranger}} {
 		// TLS 1.3 lets the client finish its side of the handshake before
 		// the server checks the certificate: the refusal shows either in
@@ -349,7 +362,7 @@ func TestTLSSIGHUPRotatesTheCertificateKeepingConnections(t *testing.T) {
 	expect(t, old, "INSERTED 1\r\n")
 
 	newCA := newTestCA(t, "new server CA")
-	certPEM, keyPEM, _ := newCA.issue(t, "beanpole renewed", false)
+	certPEM, keyPEM, _ := newCA.issue(t, "beanpole renewed", serverCert)
 	// The key first: until both are in place a reload fails and keeps the
 	// old pair, it never serves a mismatched one.
 	writeFile(t, ts.keyFile, keyPEM)
@@ -424,7 +437,7 @@ func TestTLSOnlyHasNoPlaintextListener(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ca := newTestCA(t, "server CA")
-	certPEM, keyPEM, _ := ca.issue(t, "beanpole", false)
+	certPEM, keyPEM, _ := ca.issue(t, "beanpole", serverCert)
 	writeFile(t, filepath.Join(dir, "c.pem"), certPEM)
 	writeFile(t, filepath.Join(dir, "k.pem"), keyPEM)
 	plain, err := freePort()
@@ -587,8 +600,8 @@ func TestTLSSIGHUPReplacesTheClientCA(t *testing.T) {
 	caFile := filepath.Join(t.TempDir(), "clients.pem")
 	writeFile(t, caFile, oldCA.pem)
 	ts := startTLSServer(t, "--tls-client-ca", caFile)
-	_, _, oldCert := oldCA.issue(t, "old worker", true)
-	_, _, newCert := newCA.issue(t, "new worker", true)
+	_, _, oldCert := oldCA.issue(t, "old worker", clientCert)
+	_, _, newCert := newCA.issue(t, "new worker", clientCert)
 	// The old CA's client keeps its sessions, to resume them.
 	oldSessions := tls.NewLRUClientSessionCache(8)
 	dial := func(cert tls.Certificate, sessions tls.ClientSessionCache) (*tls.Conn, error) {

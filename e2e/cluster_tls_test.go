@@ -1,0 +1,55 @@
+package e2e
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// nodeTLSArgs writes a node certificate that ca signs, its key and the
+// CA's certificate under dir and returns the flags that give them to a
+// node for the links between nodes.
+func nodeTLSArgs(t *testing.T, ca *testCA, dir, name string) []string {
+	t.Helper()
+	certPEM, keyPEM, _ := ca.issue(t, name, nodeCert)
+	cert, key, caFile := filepath.Join(dir, name+".pem"), filepath.Join(dir, name+".key"), filepath.Join(dir, "ca.pem")
+	writeFile(t, cert, certPEM)
+	writeFile(t, key, keyPEM)
+	writeFile(t, caFile, ca.pem)
+	return []string{"--tls-cert", cert, "--tls-key", key, "--tls-client-ca", caFile}
+}
+
+func TestClusterNodesSpeakMutualTLSAndAStrangerCannotJoin(t *testing.T) {
+	ca := newTestCA(t, "cluster CA")
+	certs := t.TempDir()
+	tc := newTestCluster(t, 3)
+	for _, nd := range tc.nodes {
+		tc.start(nd, nodeTLSArgs(t, ca, certs, nd.id)...)
+	}
+	lead := tc.leader()
+	var follower *clusterNode
+	for _, nd := range tc.nodes {
+		if nd != lead {
+			follower = nd
+			break
+		}
+	}
+	c := follower.srv.dial(t)
+	put(t, c, 0, 0, 60, "over tls", 1)
+
+	// A node whose certificate another CA signed is added to the
+	// configuration by the leader, but no node will talk to it: it never
+	// hears from the leader and serves nothing.
+	stranger := tc.newNode("n4")
+	tc.nodes = append(tc.nodes, stranger)
+	tc.start(stranger, append(nodeTLSArgs(t, newTestCA(t, "other CA"), t.TempDir(), "n4"), "--join", lead.http)...)
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if st := tc.status(stranger); st.AppliedIndex != 0 || st.Leader != "" {
+			t.Fatalf("a node with a foreign certificate took part: %+v", st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The group goes on without it.
+	put(t, c, 0, 0, 60, "still over tls", 2)
+}
