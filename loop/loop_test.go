@@ -42,6 +42,12 @@ func startServerEng(t testing.TB, loops int, maxJob uint32, highWater int) (stri
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serve(t, srv), eng
+}
+
+// serve starts srv on a fresh 127.0.0.1 port, stopped when the test ends.
+func serve(t testing.TB, srv *Server) string {
+	t.Helper()
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +57,7 @@ func startServerEng(t testing.TB, loops int, maxJob uint32, highWater int) (stri
 	}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Stop(context.Background()) })
-	return ln.Addr().String(), eng
+	return ln.Addr().String()
 }
 
 // awaitWaiting polls the engine until current-waiting is n.
@@ -245,16 +251,7 @@ func TestFencedServerClosesConnectionsUnanswered(t *testing.T) {
 	}
 	var fenced atomic.Bool
 	srv.Fence = func() bool { return !fenced.Load() }
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Stop(context.Background()) })
-	c := dial(t, ln.Addr().String())
+	c := dial(t, serve(t, srv))
 	send(t, c, "put 0 0 60 1\r\nx\r\n")
 	expect(t, c, "INSERTED 1\r\n")
 	fenced.Store(true)
