@@ -258,6 +258,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			adm.SetState(admin.Stopping)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			srv.Stop(ctx)
+			adm.Shutdown(ctx) // the answer to a transfer-leader that deposed it
 			cancel()
 			_ = node.Close()
 			return exitDeposed

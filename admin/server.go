@@ -12,6 +12,7 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"math"
 	"net"
@@ -164,6 +165,15 @@ func (s *Server) Serve() {
 func (s *Server) Close() {
 	if s != nil {
 		_ = s.http.Close()
+	}
+}
+
+// Shutdown stops accepting and waits, until ctx ends, for the requests
+// under way to be answered (a cluster action that deposed this node among
+// them).
+func (s *Server) Shutdown(ctx context.Context) {
+	if s != nil {
+		_ = s.http.Shutdown(ctx)
 	}
 }
 
