@@ -71,12 +71,13 @@ stress:
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=5m ./codec
 
-# beanpole against C beanstalkd, side by side (see bench/README.md).
+# beanpole against C beanstalkd, side by side (see bench/README.md); the run
+# also writes docs/performance.md.
 bench:
 	@command -v beanstalkd >/dev/null || (apt-get update && apt-get install -y beanstalkd)
 	mkdir -p bin bench/results
 	$(GO) build -o bin/beanpole .
-	cd bench && $(GO) run . -beanpole $(CURDIR)/bin/beanpole -beanstalkd $$(command -v beanstalkd) -out results $(BENCHARGS)
+	cd bench && $(GO) run . -beanpole $(CURDIR)/bin/beanpole -beanstalkd $$(command -v beanstalkd) -out results -doc ../docs/performance.md $(BENCHARGS)
 
 # beanpole against bench/floor, a gnet responder with no engine behind it:
 # how close the round trips, pipelines and accepting 10,000 connections get

@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"math/rand"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -503,5 +504,24 @@ func TestPerfCountsAreSummedFromItsCSV(t *testing.T) {
 		if _, err := parsePerfCounts(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
+	}
+}
+
+func TestDocPageHasTheRunsTableCommandAndChart(t *testing.T) {
+	dir := t.TempDir()
+	page, err := renderDoc(filepath.Join(dir, "docs", "performance.md"), filepath.Join(dir, "bench", "results"),
+		"beanpole vs beanstalkd\nscenario  unit\ntarget MET\n",
+		[]string{"-beanpole", "/x/bin/beanpole", "-beanstalkd=/usr/bin/beanstalkd", "-out", "results", "-reps", "3", "-doc", "../docs/performance.md"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"make bench BENCHARGS=\"-reps 3\"", "scenario  unit\ntarget MET\n```",
+		"](../bench/results/chart.png)", "## The targets out of reach"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("the page has no %q", want)
+		}
+	}
+	if strings.Contains(string(page), "{{") || strings.Contains(string(page), "/x/bin") {
+		t.Errorf("the page has a template marker or a machine's path left in it")
 	}
 }

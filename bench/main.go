@@ -50,6 +50,7 @@ func realMain() int {
 		beanpole   = flag.String("beanpole", "", "path of the beanpole server binary (required)")
 		beanstalkd = flag.String("beanstalkd", "/usr/bin/beanstalkd", "path of the C beanstalkd binary")
 		outDir     = flag.String("out", "bench/results", "directory for results.json, results.txt and chart.png")
+		doc        = flag.String("doc", "", "also write a Markdown page of the run here (from performance.md.tmpl), for docs/performance.md")
 		reps       = flag.Int("reps", 3, "repetitions per scenario and contender (medians are reported)")
 		only       = flag.String("only", "", "comma list of scenarios to run: groups ("+strings.Join(groups, ",")+"), numbers 1-10 or variant names (see -list)")
 		list       = flag.Bool("list", false, "list the scenario variants and exit")
@@ -259,6 +260,12 @@ func realMain() int {
 	if err := writeChart(filepath.Join(*outDir, "chart.png"), results); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: chart: %v\n", err)
 		rc = 1
+	}
+	if *doc != "" {
+		if err := writeDoc(*doc, *outDir, table, os.Args[1:]); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: -doc: %v\n", err)
+			rc = 1
+		}
 	}
 	fmt.Fprintf(os.Stderr, "bench: wrote %s/{results.txt,results.json,chart.png} in %.0fs\n", *outDir, meta.Seconds)
 	for _, vr := range results {

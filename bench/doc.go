@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	_ "embed"
+	"path/filepath"
+	"strings"
+	"text/template"
+)
+
+//go:embed performance.md.tmpl
+var docTemplate string
+
+// docPage is what performance.md.tmpl is filled with.
+type docPage struct {
+	Command string // how the run was started, with the machine's own paths left out
+	Table   string // results.txt: the header, the table and the targets
+	Chart   string // chart.png, relative to the page
+}
+
+// writeDoc writes the run's page at path: the table and targets of this
+// run, the command that made it, and the chart in outDir.
+func writeDoc(path, outDir, table string, args []string) error {
+	page, err := renderDoc(path, outDir, table, args)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, page)
+}
+
+func renderDoc(path, outDir, table string, args []string) ([]byte, error) {
+	absDoc, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	absOut, err := filepath.Abs(outDir)
+	if err != nil {
+		return nil, err
+	}
+	chart, err := filepath.Rel(absDoc, filepath.Join(absOut, "chart.png"))
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := template.New("performance.md").Parse(docTemplate)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	err = tmpl.Execute(&b, docPage{Command: command(args), Table: strings.TrimRight(table, "\n"), Chart: filepath.ToSlash(chart)})
+	return b.Bytes(), err
+}
+
+// command is `make bench` with the flags of this run that say what was
+// run, leaving out the paths that only name files on this machine.
+func command(args []string) string {
+	var kept []string
+	for i := 0; i < len(args); i++ {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		switch name {
+		case "beanpole", "beanstalkd", "out", "doc":
+			if !hasValue {
+				i++ // its value is the next argument
+			}
+			continue
+		}
+		kept = append(kept, args[i])
+	}
+	if len(kept) == 0 {
+		return "make bench"
+	}
+	return `make bench BENCHARGS="` + strings.Join(kept, " ") + `"`
+}
