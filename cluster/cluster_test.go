@@ -147,9 +147,9 @@ func (g *group) converged(leader *Node) ([]*record.Job, uint64) {
 		if nd == nil {
 			continue
 		}
-		for nd.FSM.Applied() < want {
+		for nd.FSM.appliedIndex() < want {
 			if time.Now().After(deadline) {
-				g.t.Fatalf("a node applied %d of %d entries after 30 s", nd.FSM.Applied(), want)
+				g.t.Fatalf("a node applied %d of %d entries after 30 s", nd.FSM.appliedIndex(), want)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}

@@ -128,8 +128,8 @@ func (f *FSM) Clients() map[string]string {
 	return maps.Clone(f.clients)
 }
 
-// Applied is the raft index of the last entry applied.
-func (f *FSM) Applied() uint64 {
+// appliedIndex is the raft index of the last entry applied.
+func (f *FSM) appliedIndex() uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.applied

@@ -18,10 +18,10 @@ import (
 // pile up into bigger entries) once this many are outstanding.
 const maxInFlight = 64
 
-// ErrNotLeader: this node does not lead the group (any more), so it can
+// errNotLeader: this node does not lead the group (any more), so it can
 // promise nothing. The engine answers every change INTERNAL_ERROR from the
 // first one, as it does for a failed binlog.
-var ErrNotLeader = errors.New("cluster: this node is not the leader")
+var errNotLeader = errors.New("cluster: this node is not the leader")
 
 // Journal is the engine's journal on the leader (engine.Journal).
 // Records are appended under the job's tube lock, as with the binlog, so
@@ -37,7 +37,6 @@ type Journal struct {
 	wake   chan struct{}
 
 	flight  chan inflight
-	done    chan struct{}
 	latency prometheus.Observer // apply to commit, per entry
 
 	// lent holds the body of each put not yet applied to this node's
@@ -56,7 +55,7 @@ type inflight struct {
 
 func newJournal(r *raft.Raft, latency prometheus.Observer) *Journal {
 	j := &Journal{r: r, latency: latency, wake: make(chan struct{}, 1), flight: make(chan inflight, maxInFlight),
-		done: make(chan struct{}), lent: make(map[uint64][]byte)}
+		lent: make(map[uint64][]byte)}
 	go j.batcher()
 	go j.completer()
 	return j
@@ -164,23 +163,7 @@ func (j *Journal) FileOf(uint64) uint64 { return 0 }
 // the commit, so entries follow each other to the followers while earlier
 // ones are still being written and fsynced.
 func (j *Journal) batcher() {
-	defer close(j.flight)
-	for {
-		select {
-		case <-j.wake:
-		case <-j.done:
-			j.mu.Lock()
-			acks := j.acks
-			j.entry, j.acks = nil, nil
-			err := j.failed
-			j.mu.Unlock()
-			for _, a := range acks {
-				if a != nil {
-					a.Durable(err)
-				}
-			}
-			return
-		}
+	for range j.wake {
 		j.mu.Lock()
 		entry, acks := j.entry, j.acks
 		j.entry, j.acks = make([]byte, 0, len(entry)), make([]record.Ack, 0, len(acks))
@@ -219,7 +202,7 @@ func (j *Journal) completer() {
 // promised either.
 func (j *Journal) fail(err error) error {
 	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrRaftShutdown) {
-		err = fmt.Errorf("%w: %v", ErrNotLeader, err)
+		err = fmt.Errorf("%w: %v", errNotLeader, err)
 	}
 	j.mu.Lock()
 	if j.failed == nil {
@@ -227,11 +210,4 @@ func (j *Journal) fail(err error) error {
 	}
 	j.mu.Unlock()
 	return err
-}
-
-// Close stops handing entries to raft; the records queued and in flight
-// are acknowledged as raft ends them.
-func (j *Journal) Close() {
-	j.fail(ErrNotLeader)
-	close(j.done)
 }
