@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -352,5 +353,68 @@ func TestLeaderHoldsEachBodyOnce(t *testing.T) {
 		if string(b) != string(j.Body) || unsafe.SliceData(b) == unsafe.SliceData(j.Body) {
 			t.Fatal("a follower's body is not its own copy of the put's")
 		}
+	}
+}
+
+// partition cuts node i off from every other node of the group, both ways;
+// heal restores every link.
+func (g *group) partition(i int) {
+	for k, tr := range g.trans {
+		if k != i {
+			tr.Disconnect(g.trans[i].LocalAddr())
+			g.trans[i].Disconnect(tr.LocalAddr())
+		}
+	}
+}
+
+func (g *group) heal() {
+	for i := range g.trans {
+		for k := range g.trans {
+			if i != k {
+				g.trans[i].Connect(g.trans[k].LocalAddr(), g.trans[k])
+			}
+		}
+	}
+}
+
+func TestPartitionedLeaderAcknowledgesNothingAndTheMajorityKeepsEveryJob(t *testing.T) {
+	g := newGroup(t, 3)
+	old, jl := g.leader()
+	a := newAcks(1)
+	if err := jl.Put(job(1), a.ack(0)); err != nil {
+		t.Fatal(err)
+	}
+	a.wait(t)
+	oi := slices.Index(g.nodes, old)
+	g.partition(oi)
+
+	// Cut off, the old leader cannot commit: a change it takes is never
+	// acknowledged as durable.
+	done := make(chan error, 1)
+	if err := jl.Put(job(2), record.AckFunc(func(err error) { done <- err })); err == nil {
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatal("a leader cut off from the majority acknowledged a put")
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the cut-off leader neither failed nor acknowledged the put in 30 s")
+		}
+	}
+	nl, jl2 := g.leader(old)
+	if jobs, _ := nl.FSM.State(); len(jobs) != 1 || jobs[0].ID != 1 {
+		t.Fatalf("the majority's new leader has %d jobs, want job 1 only", len(jobs))
+	}
+	a2 := newAcks(1)
+	if err := jl2.Put(job(3), a2.ack(0)); err != nil {
+		t.Fatal(err)
+	}
+	a2.wait(t)
+
+	// Healed, the old leader follows and catches up: job 2 never existed.
+	g.heal()
+	jobs, _ := g.converged(nl)
+	if len(jobs) != 2 || jobs[0].ID != 1 || jobs[1].ID != 3 {
+		t.Fatalf("after the heal every node has %d jobs, want jobs 1 and 3", len(jobs))
 	}
 }

@@ -548,3 +548,32 @@ func TestClusterFailoverTime(t *testing.T) {
 		t.Errorf("failover p99 %v", p99)
 	}
 }
+
+func TestClusterEveryAcknowledgedJobSurvivesKillingEveryNode(t *testing.T) {
+	tc := startTestCluster(t, 3)
+	lead := tc.leader()
+	c := lead.srv.dial(t)
+	for i := range 50 {
+		put(t, c, i, 0, 60, fmt.Sprintf("job %d", i), uint64(i+1))
+	}
+	mustSend(t, c, "delete 7\r\n")
+	expect(t, c, "DELETED\r\n")
+	// Every node dies at once (kill -9), then all come back.
+	for _, nd := range tc.nodes {
+		nd.srv.stop()
+	}
+	for _, nd := range tc.nodes {
+		tc.start(nd)
+	}
+	cn := tc.leader().srv.dial(t)
+	for i := range 50 {
+		mustSend(t, cn, fmt.Sprintf("peek %d\r\n", i+1))
+		if i+1 == 7 {
+			expect(t, cn, "NOT_FOUND\r\n")
+			continue
+		}
+		body := fmt.Sprintf("job %d", i)
+		expect(t, cn, fmt.Sprintf("FOUND %d %d\r\n%s\r\n", i+1, len(body), body))
+	}
+	put(t, cn, 0, 0, 60, "after", 51)
+}
