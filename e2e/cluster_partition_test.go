@@ -11,16 +11,18 @@ package e2e
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 type linkProxy struct {
 	ln      net.Listener
 	target  string
+	delay   atomic.Int64 // ns each chunk waits before it is passed on
 	mu      sync.Mutex
 	blocked bool
 	conns   map[net.Conn]bool
@@ -74,8 +76,8 @@ func (p *linkProxy) join(c net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	go func() { io.Copy(up, c); done <- struct{}{} }()
-	go func() { io.Copy(c, up); done <- struct{}{} }()
+	go func() { p.copy(up, c); done <- struct{}{} }()
+	go func() { p.copy(c, up); done <- struct{}{} }()
 	<-done
 	c.Close()
 	up.Close()
@@ -84,6 +86,25 @@ func (p *linkProxy) join(c net.Conn) {
 	delete(p.conns, c)
 	delete(p.conns, up)
 	p.mu.Unlock()
+}
+
+// copy passes src on to dst, each chunk after the link's delay.
+func (p *linkProxy) copy(dst, src net.Conn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if d := p.delay.Load(); d > 0 {
+				time.Sleep(time.Duration(d))
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // setBlocked cuts the link (closing what passes through it) or heals it.
@@ -142,12 +163,23 @@ func (pt *partitions) isolate(i int) {
 // cut blocks the one direction i→j.
 func (pt *partitions) cut(i, j int) { pt.links[i][j].setBlocked(true) }
 
-// heal restores every link.
+// slow delays every chunk on the links to and from node i by d.
+func (pt *partitions) slow(i int, d time.Duration) {
+	for j := range pt.links {
+		if i != j {
+			pt.links[i][j].delay.Store(int64(d))
+			pt.links[j][i].delay.Store(int64(d))
+		}
+	}
+}
+
+// heal restores every link and takes every delay away.
 func (pt *partitions) heal() {
 	for i := range pt.links {
 		for j := range pt.links[i] {
 			if i != j {
 				pt.links[i][j].setBlocked(false)
+				pt.links[i][j].delay.Store(0)
 			}
 		}
 	}

@@ -2,8 +2,9 @@ package e2e
 
 // The cluster's searching test: producers and workers on every node's
 // address, while the leader is killed (-9), stopped and resumed (SIGSTOP,
-// SIGCONT), cut off from the others, or cut off from one follower in one
-// direction, and followers are killed or cut off, each dead node restarted
+// SIGCONT), cut off from the others, cut off from one follower in one
+// direction, or slowed (every chunk on its links delayed up to 200 ms), and
+// followers are killed or cut off, each dead node restarted
 // as a supervisor would. Every reply is checked against what the clients have
 // seen so far, and at the end, with every node back, the queue is drained
 // and compared with what was acknowledged:
@@ -250,7 +251,7 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 				break
 			}
 		}
-		switch rand.IntN(6) {
+		switch rand.IntN(7) {
 		case 0:
 			lead.srv.stop()
 			faults["kill -9 the leader"]++
@@ -277,6 +278,11 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 			time.Sleep(time.Duration(1000+rand.IntN(1500)) * time.Millisecond)
 			pt.heal()
 			faults["cut the link leader→follower"]++
+		case 6:
+			pt.slow(tc.index(lead), time.Duration(20+rand.IntN(180))*time.Millisecond)
+			time.Sleep(time.Duration(1000+rand.IntN(1500)) * time.Millisecond)
+			pt.heal()
+			faults["delay the leader's links"]++
 		}
 		time.Sleep(time.Duration(300+rand.IntN(700)) * time.Millisecond)
 		waitFor(t, 30*time.Second, "a deposed leader to exit", func() bool {
