@@ -32,18 +32,23 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/anishathalye/porcupine"
 )
 
 type clusterHistory struct {
-	mu        sync.Mutex
-	bodyOf    map[uint64]string // acknowledged puts
-	idOf      map[string]uint64
-	sent      map[string]bool // every put body sent
-	maxAcked  uint64
-	delSent   map[uint64]bool // a delete was sent (its outcome may be unknown)
-	deleted   map[uint64]int  // acknowledged deletes, by worker
-	failures  []string
-	puts, del int
+	mu       sync.Mutex
+	bodyOf   map[uint64]string // acknowledged puts
+	idOf     map[string]uint64
+	sent     map[string]bool // every put body sent
+	maxAcked uint64
+	delSent  map[uint64]bool // a delete was sent (its outcome may be unknown)
+	// reservedBody maps each body a worker reserved to the job's id: how a
+	// put whose answer never came is matched to its job.
+	reservedBody map[string]uint64
+	deleted      map[uint64]int // acknowledged deletes, by worker
+	failures     []string
+	puts, del    int
 }
 
 func (h *clusterHistory) fail(format string, a ...any) {
@@ -69,8 +74,9 @@ func (tc *testCluster) liveAddrs(mu *sync.Mutex) []string {
 
 // wire is one client connection with a reader.
 type wire struct {
-	nc net.Conn
-	r  *bufio.Reader
+	nc     net.Conn
+	r      *bufio.Reader
+	lastOK int64 // when the last answer on it was read (jobHistory's clock)
 }
 
 func dialAny(addrs []string) *wire {
@@ -118,8 +124,9 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 	tc, pt := startPartitionableCluster(t, 3)
 	tc.leader()
 	var nodesMu sync.Mutex // guards each node's srv while the supervisor restarts it
+	jh := newJobHistory()
 	h := &clusterHistory{bodyOf: map[uint64]string{}, idOf: map[string]uint64{}, sent: map[string]bool{},
-		delSent: map[uint64]bool{}, deleted: map[uint64]int{}}
+		delSent: map[uint64]bool{}, deleted: map[uint64]int{}, reservedBody: map[string]uint64{}}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 
@@ -145,14 +152,17 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 				h.sent[body] = true
 				floor := h.maxAcked
 				h.mu.Unlock()
+				call := jh.now()
 				line, _, err := w.call(fmt.Sprintf("put 0 0 120 %d\r\n%s\r\n", len(body), body))
 				if err != nil {
+					jh.add(jobInput{kind: opPut, worker: 10 + p, body: body}, call, outUnknown)
 					w.nc.Close()
 					w = nil
 					continue
 				}
 				id, perr := strconv.ParseUint(strings.TrimPrefix(line, "INSERTED "), 10, 64)
 				if perr != nil {
+					jh.add(jobInput{kind: opPut, worker: 10 + p, body: body}, call, outUnknown)
 					if line != "INTERNAL_ERROR" { // a leader that lost the lead refuses
 						h.fail("put %s: %q", body, line)
 					}
@@ -169,6 +179,7 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 				}
 				h.bodyOf[id], h.idOf[body] = body, id
 				h.maxAcked = max(h.maxAcked, id)
+				jh.add(jobInput{kind: opPut, worker: 10 + p, id: id, body: body}, call, outOK)
 				h.puts++
 				h.mu.Unlock()
 			}
@@ -191,15 +202,31 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 						continue
 					}
 				}
+				// lose records the connection lost, for the job the
+				// worker held on it (it holds one at most).
+				lose := func(held uint64) {
+					if held != 0 {
+						jh.add(jobInput{kind: opLost, worker: wk, id: held}, w.lastOK, outOK)
+					}
+					w.nc.Close()
+					w = nil
+				}
+				call := jh.now()
 				line, body, err := w.call("reserve-with-timeout 1\r\n")
 				if err != nil || !strings.HasPrefix(line, "RESERVED ") {
 					if err != nil || (line != "TIMED_OUT" && line != "DEADLINE_SOON") {
-						w.nc.Close()
-						w = nil
+						lose(0)
+					} else {
+						w.lastOK = jh.now()
 					}
 					continue
 				}
+				w.lastOK = jh.now()
 				id, _ := strconv.ParseUint(strings.Fields(line)[1], 10, 64)
+				jh.add(jobInput{kind: opReserve, worker: wk, id: id}, call, outOK)
+				h.mu.Lock()
+				h.reservedBody[body] = id
+				h.mu.Unlock()
 				h.mu.Lock()
 				if b, ok := h.bodyOf[id]; ok && b != body {
 					h.failures = append(h.failures, fmt.Sprintf("job %d reserved with body %q, put with %q", id, body, b))
@@ -211,10 +238,19 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 				}
 				h.delSent[id] = true
 				h.mu.Unlock()
+				call = jh.now()
 				line, _, err = w.call(fmt.Sprintf("delete %d\r\n", id))
-				if err != nil || line != "DELETED" {
-					w.nc.Close()
-					w = nil
+				switch {
+				case err == nil && line == "DELETED":
+					w.lastOK = jh.now()
+					jh.add(jobInput{kind: opDelete, worker: wk, id: id}, call, outOK)
+				case err == nil && line == "NOT_FOUND":
+					w.lastOK = jh.now()
+					jh.add(jobInput{kind: opDelete, worker: wk, id: id}, call, outNotFound)
+					continue
+				default:
+					jh.add(jobInput{kind: opDelete, worker: wk, id: id}, call, outUnknown)
+					lose(id)
 					continue
 				}
 				h.mu.Lock()
@@ -305,7 +341,9 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 	// never sent must be there.
 	c := lead.srv.dial(t)
 	found := map[uint64]bool{}
+	const drainer = 3
 	for {
+		call := jh.now()
 		mustSend(t, c, "reserve-with-timeout 0\r\n")
 		line := readLine(t, c)
 		if line == "TIMED_OUT" {
@@ -319,14 +357,23 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 		n, _ := strconv.Atoi(f[2])
 		body := readN(t, c, n+2, defaultTimeout)
 		found[id] = true
+		jh.add(jobInput{kind: opReserve, worker: drainer, id: id}, call, outOK)
+		h.reservedBody[strings.TrimSuffix(body, "\r\n")] = id
 		if b, ok := h.bodyOf[id]; ok && b+"\r\n" != body {
 			h.fail("drain: job %d has body %q, put with %q", id, body, b)
 		}
 		if _, ok := h.deleted[id]; ok {
 			h.fail("drain: job %d is back after its delete was acknowledged", id)
 		}
+		call = jh.now()
 		mustSend(t, c, fmt.Sprintf("delete %d\r\n", id))
 		expect(t, c, "DELETED\r\n")
+		jh.add(jobInput{kind: opDelete, worker: drainer, id: id}, call, outOK)
+	}
+	res, n := jh.check(h.reservedBody)
+	t.Logf("porcupine: %d operations, one partition a job: %v", n, res)
+	if res != porcupine.Ok {
+		h.fail("the history of some job is not linearizable under the job model (porcupine: %v)", res)
 	}
 	lost := 0
 	for id, body := range h.bodyOf {
