@@ -110,7 +110,7 @@ func renderTargets(results []*VarResult, maxIdle int, pinAll bool) string {
 		rows = append(rows, []string{t.what, name, got, verdict})
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\ntargets: %d of %d measured are met (ratios are beanpole ÷ beanstalkd, medians of this run)\n\n", met, measured)
+	fmt.Fprintf(&b, "\ntargets: %d of %d measured are met (ratios are beanpole ÷ beanstalkd, medians of the same run)\n\n", met, measured)
 	b.WriteString(formatTable([]string{"target", "row", "measured", ""}, rows, []bool{false, false, true, false}))
 	return b.String()
 }
