@@ -2,7 +2,6 @@ package loop
 
 import (
 	"context"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -40,16 +39,7 @@ func startLoops(t *testing.T, loops int, log zerolog.Logger) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Stop(context.Background()) })
-	return srv, ln.Addr().String()
+	return srv, serve(t, srv)
 }
 
 // waitUntil polls cond for up to 10 s.

@@ -1,9 +1,7 @@
 package loop
 
 import (
-	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
@@ -45,16 +43,7 @@ func TestFailedRecordAckedAtOnceIsNeverInserted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Stop(context.Background()) })
-	c := dial(t, ln.Addr().String())
+	c := dial(t, serve(t, srv))
 	send(t, c, "put 0 0 10 1\r\nx\r\nlist-tube-used\r\npeek 1\r\n")
 	expect(t, c, "INTERNAL_ERROR\r\nUSING default\r\nNOT_FOUND\r\n")
 }
