@@ -68,6 +68,10 @@ func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, ad
 	fw := node.Forward(lns, self)
 	log.Info().Str("node", cfg.NodeID).Str("raft", cfg.RaftAddr).Msg("cluster: following; clients are forwarded to the leader")
 
+	// While following, a stop ends the wait; drain mode and a TLS reload
+	// mean nothing yet and must not kill the process (their default), so
+	// they are ignored until the server's own handling takes them over.
+	signal.Ignore(syscall.SIGUSR1, syscall.SIGHUP)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	jl, err := node.AwaitLeadership(ctx)
