@@ -130,22 +130,32 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 
+	// connected returns w, or else a new connection to a running node;
+	// false once the faulty phase is over.
+	connected := func(w *wire) (*wire, bool) {
+		for {
+			select {
+			case <-stop:
+				return nil, false
+			default:
+			}
+			if w != nil {
+				return w, true
+			}
+			if w = dialAny(tc.liveAddrs(&nodesMu)); w == nil {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
 	for p := range 3 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var w *wire
 			for n := 0; ; n++ {
-				select {
-				case <-stop:
+				var ok bool
+				if w, ok = connected(w); !ok {
 					return
-				default:
-				}
-				if w == nil {
-					if w = dialAny(tc.liveAddrs(&nodesMu)); w == nil {
-						time.Sleep(20 * time.Millisecond)
-						continue
-					}
 				}
 				body := fmt.Sprintf("p%d-%d", p, n)
 				h.mu.Lock()
@@ -191,16 +201,9 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 			defer wg.Done()
 			var w *wire
 			for {
-				select {
-				case <-stop:
+				var ok bool
+				if w, ok = connected(w); !ok {
 					return
-				default:
-				}
-				if w == nil {
-					if w = dialAny(tc.liveAddrs(&nodesMu)); w == nil {
-						time.Sleep(20 * time.Millisecond)
-						continue
-					}
 				}
 				// lose records the connection lost, for the job the
 				// worker held on it (it holds one at most).
