@@ -283,13 +283,7 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 	for time.Now().Before(end) {
 		time.Sleep(time.Duration(800+rand.IntN(1200)) * time.Millisecond)
 		lead := tc.leader()
-		var follower *clusterNode
-		for _, nd := range tc.nodes {
-			if nd != lead {
-				follower = nd
-				break
-			}
-		}
+		follower := tc.other(lead)
 		switch rand.IntN(7) {
 		case 0:
 			lead.srv.stop()

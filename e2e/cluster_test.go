@@ -151,6 +151,16 @@ func (tc *testCluster) leader(excluded ...*clusterNode) *clusterNode {
 	return found
 }
 
+// other is a node of the cluster that is not nd (the first such).
+func (tc *testCluster) other(nd *clusterNode) *clusterNode {
+	for _, x := range tc.nodes {
+		if x != nd {
+			return x
+		}
+	}
+	return nil
+}
+
 func containsNode(s []*clusterNode, n *clusterNode) bool {
 	for _, x := range s {
 		if x == n {
@@ -216,13 +226,7 @@ func putUntilInserted(t *testing.T, addr, body string, within time.Duration) (ui
 func TestClusterEveryAcknowledgedJobSurvivesTheLeadersDeath(t *testing.T) {
 	tc := startTestCluster(t, 3)
 	lead := tc.leader()
-	var follower *clusterNode
-	for _, nd := range tc.nodes {
-		if nd != lead {
-			follower = nd
-			break
-		}
-	}
+	follower := tc.other(lead)
 	// A client of a follower is served by the leader, byte for byte.
 	c := follower.srv.dial(t)
 	ids := map[uint64]string{}
@@ -443,13 +447,7 @@ func TestClusterWipedNodeCatchesUp(t *testing.T) {
 	for i := range 30 {
 		put(t, c, 0, 0, 60, fmt.Sprintf("job %d", i), uint64(i+1))
 	}
-	var wiped *clusterNode
-	for _, nd := range tc.nodes {
-		if nd != lead {
-			wiped = nd
-			break
-		}
-	}
+	wiped := tc.other(lead)
 	wiped.srv.stop()
 	if err := os.RemoveAll(wiped.dir); err != nil {
 		t.Fatal(err)
@@ -524,13 +522,7 @@ func TestClusterFailoverTime(t *testing.T) {
 	var took []time.Duration
 	for range kills {
 		lead := tc.leader()
-		var other *clusterNode
-		for _, nd := range tc.nodes {
-			if nd != lead {
-				other = nd
-				break
-			}
-		}
+		other := tc.other(lead)
 		putUntilInserted(t, other.srv.addr, "before", 30*time.Second)
 		lead.srv.stop()
 		_, d := putUntilInserted(t, other.srv.addr, "after", 30*time.Second)

@@ -27,13 +27,7 @@ func TestClusterNodesSpeakMutualTLSAndAStrangerCannotJoin(t *testing.T) {
 		tc.start(nd, nodeTLSArgs(t, ca, certs, nd.id)...)
 	}
 	lead := tc.leader()
-	var follower *clusterNode
-	for _, nd := range tc.nodes {
-		if nd != lead {
-			follower = nd
-			break
-		}
-	}
+	follower := tc.other(lead)
 	c := follower.srv.dial(t)
 	put(t, c, 0, 0, 60, "over tls", 1)
 
