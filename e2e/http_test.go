@@ -382,12 +382,20 @@ func TestHTTPCountsBytes(t *testing.T) {
 	c := s.dial(t)
 	in := listUsed + "put 0 0 60 5\r\nhello\r\n"
 	mustSend(t, c, in)
-	expect(t, c, usingDflt+"INSERTED 1\r\n")
-	fams := scrape(t, base)
-	r, _ := value(t, fams, "beanpole_read_bytes_total", "")
-	w, _ := value(t, fams, "beanpole_written_bytes_total", "")
-	if r != float64(len(in)) || w != float64(len(usingDflt+"INSERTED 1\r\n")) {
-		t.Fatalf("read %v written %v; want %d and %d", r, w, len(in), len(usingDflt+"INSERTED 1\r\n"))
+	out := usingDflt + "INSERTED 1\r\n"
+	expect(t, c, out)
+	// The server counts a write once the syscall returns, which can be
+	// after the client has read the bytes: poll until it shows, then
+	// require both counts exact.
+	var r, w float64
+	waitFor(t, defaultTimeout, "the written bytes counted", func() bool {
+		fams := scrape(t, base)
+		r, _ = value(t, fams, "beanpole_read_bytes_total", "")
+		w, _ = value(t, fams, "beanpole_written_bytes_total", "")
+		return w >= float64(len(out))
+	})
+	if r != float64(len(in)) || w != float64(len(out)) {
+		t.Fatalf("read %v written %v; want %d and %d", r, w, len(in), len(out))
 	}
 }
 
