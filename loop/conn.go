@@ -72,13 +72,14 @@ func (c *conn) hungUp() bool { return c.gc.PeerClosed() || c.gc.PeerHangup() }
 // setReading is beanpole's flow control, the one C gets for free by not
 // reading a client it cannot serve: while c's input cannot be processed
 // (a reserve waits, a command awaits the binlog, unsent output is past the
-// high-water mark or the memory ceiling, or it is closing) or some of its
-// output waits to be sent (so that gnet reports when it has drained; C
-// too reads no further command before its reply is sent) gnet stops
-// reading its socket, the
-// kernel's buffers fill and TCP's window holds the client back, instead
-// of the input piling up in our memory. Reading resumes (and gnet replays
-// what it had buffered) as soon as c can go on.
+// high-water mark or the memory ceiling, or it is closing) gnet stops
+// reading its socket, the kernel's buffers fill and TCP's window holds the
+// client back, instead of the input piling up in our memory. Reading
+// resumes (and gnet replays what it had buffered) as soon as c can go on.
+// Output that merely waits to be sent does not pause c: gnet reports its
+// drain by an OnTraffic either way, which gives its charge back
+// (chargeOutput), so a large reply to a client that reads costs no
+// epoll_ctl calls beyond gnet's own.
 //
 // A connection that yielded its loop with commands still buffered is not
 // read either until it has caught up, so that its buffer does not grow
@@ -89,7 +90,7 @@ func (c *conn) hungUp() bool { return c.gc.PeerClosed() || c.gc.PeerHangup() }
 // cost two epoll_ctl calls per wait. It is paused at its first read that
 // cannot be served, so gnet still buffers at most one read of it.
 func (c *conn) setReading() {
-	pause := c.closing || c.holdsOutput() || (c.parked || c.awaiting || c.throttled || c.ls.yielded) && c.gc.InboundBuffered() > 0
+	pause := c.closing || (c.parked || c.awaiting || c.throttled || c.ls.yielded) && c.gc.InboundBuffered() > 0
 	if pause == c.readPaused || c.closed {
 		return
 	}

@@ -310,10 +310,9 @@ func (s *Server) mustAwait(c *conn, st codec.Status, op codec.Op) bool {
 // because the socket did not take it) against the memory ceiling
 // (MemReplies) up to date. It reports false when the output is past the
 // ceiling: the bytes exist, so they are counted anyway, and c is to be
-// throttled until they are sent. While c holds charged output it is not
-// read (setReading), so gnet reports when the output has drained and the
-// charge goes back. Connections whose output the socket took at once, the
-// common case, cost a look at gnet's counter.
+// throttled until they are sent. gnet's "output drained" OnTraffic brings
+// c back here, and the charge goes back. Connections whose output the
+// socket took at once, the common case, cost a look at gnet's counter.
 func (s *Server) chargeOutput(c *conn) bool {
 	n := 0
 	if !c.closed {

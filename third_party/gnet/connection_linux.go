@@ -47,7 +47,11 @@ func (c *conn) processIO(_ int, ev netpoll.IOEvent, _ netpoll.IOFlags) error {
 	//
 	// We perform eventloop.write for EPOLLOUT because it can take good care of either case.
 	if ev&(netpoll.WriteEvents|netpoll.ErrEvents) != 0 {
-		if err := el.write(c); err != nil {
+		write := el.writeEvent // reports a drain by an OnTraffic
+		if ev&(netpoll.ReadEvents|netpoll.ErrEvents) != 0 {
+			write = el.write // the read below runs OnTraffic
+		}
+		if err := write(c); err != nil {
 			return err
 		}
 	}

@@ -77,10 +77,12 @@ func (c *conn) shutWrite() error {
 	return c.rearm()
 }
 
-// writeEvent is el.write for a writable event or its ET follow-up task: when
-// reads are off, an OnTraffic then tells the handler that its output has drained.
+// writeEvent is el.write for a writable event or its ET follow-up task: when it
+// empties the outbound buffer, an OnTraffic tells the handler that its output
+// has drained, whether reads are on or off, so that a handler can account for
+// held output without pausing reads to hear of it.
 func (el *eventloop) writeEvent(c *conn) error {
-	pending := c.readOff() && !c.outboundBuffer.IsEmpty()
+	pending := !c.outboundBuffer.IsEmpty()
 	if err := el.write(c); err != nil {
 		return err
 	}

@@ -482,9 +482,9 @@ type Conn interface {
 
 	// PauseRead stops reading from the connection until ResumeRead: input stays in
 	// the kernel and TCP flow control pushes back on the remote. Pending output is
-	// still written. While reads are off (paused, or PeerClosed), OnTraffic also
-	// runs when a writable event empties the outbound buffer, and, under
-	// WithHalfClose, once when the remote hangs up (PeerHangup). It's not
+	// still written. OnTraffic also runs when a writable event empties the
+	// outbound buffer (whether reads are on or off) and, while reads are off
+	// under WithHalfClose, once when the remote hangs up (PeerHangup). It's not
 	// concurrency-safe, you must invoke it within any method in EventHandler.
 	// Only the epoll pollers (Linux) support it.
 	PauseRead() error

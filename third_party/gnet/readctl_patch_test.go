@@ -723,6 +723,59 @@ func TestPatchPausedStillFlushes(t *testing.T) {
 	}
 }
 
+// A connection whose reads stay on also hears, by an OnTraffic with nothing
+// to read, that a writable event emptied its outbound buffer: a handler can
+// account for held output without pausing reads (two epoll_ctl calls) to
+// learn when it is sent.
+func TestPatchDrainReportedWithReadsOn(t *testing.T) {
+	for _, m := range rcModes {
+		t.Run(m.name, func(t *testing.T) {
+			const size = 8 << 20
+			payload := rcPayload(size)
+			h := newRCHandler()
+			var (
+				wrote   atomic.Bool
+				drained atomic.Int32 // OnTraffic calls after the write, with nothing left to send
+				backlog = make(chan int, 1)
+			)
+			h.traffic = func(c Conn) Action {
+				if !wrote.Load() {
+					_, _ = c.Next(-1)
+					_, _ = c.Write(payload)
+					wrote.Store(true)
+					backlog <- c.OutboundBuffered()
+					return None
+				}
+				if c.InboundBuffered() == 0 && c.OutboundBuffered() == 0 {
+					drained.Add(1)
+				}
+				return None
+			}
+			e := startRC(t, h, m.opts...)
+			cc, _ := e.dial(t)
+			_, _ = cc.Write([]byte("go"))
+			if b := <-backlog; b == 0 {
+				t.Fatal("the Write left no backlog; the test proves nothing")
+			}
+			buf := make([]byte, size)
+			_ = cc.SetReadDeadline(time.Now().Add(20 * time.Second))
+			if _, err := io.ReadFull(cc, buf); err != nil {
+				t.Fatalf("client read: %v", err)
+			}
+			if !bytes.Equal(buf, payload) {
+				t.Fatal("data corrupted")
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for drained.Load() == 0 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if drained.Load() == 0 {
+				t.Fatal("no OnTraffic reported the drained output")
+			}
+		})
+	}
+}
+
 // Stopping the engine closes paused and half-closed connections, once each.
 func TestPatchStopWithReadsOff(t *testing.T) {
 	h := newRCHandler()
