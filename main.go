@@ -129,6 +129,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	loops := runtime.GOMAXPROCS(0)
 	eng := engine.New(loops)
+	// BEANPOLE_WALL_CLOCK_OFFSET (a Go duration) runs the engine's wall
+	// clock that far off the host's: fault tests give one cluster node a
+	// clock that disagrees with the others' with it.
+	if v := os.Getenv("BEANPOLE_WALL_CLOCK_OFFSET"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			fmt.Fprintf(stderr, "beanpole: BEANPOLE_WALL_CLOCK_OFFSET: %v\n", err)
+			return config.ExitUsage
+		}
+		eng.SetWallOffset(d)
+	}
 	// The binlog is opened after dropping privileges, as upstream does, so
 	// its files belong to the -u user.
 	blog, code := openBinlog(&cfg, eng, log, stderr)

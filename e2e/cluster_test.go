@@ -31,6 +31,10 @@ type clusterNode struct {
 	// bootstrap, when set, is this node's own --bootstrap list (a
 	// partitionable cluster names each peer by a proxy of its own).
 	bootstrap string
+	// clockOffset, when set, runs this node's wall clock that far off
+	// (BEANPOLE_WALL_CLOCK_OFFSET); only a test that is not parallel may
+	// set it, as it goes through the test process's environment.
+	clockOffset string
 }
 
 type testCluster struct {
@@ -86,6 +90,10 @@ func (tc *testCluster) newNode(id string) *clusterNode {
 // start (re)starts a node with its directory and addresses.
 func (tc *testCluster) start(nd *clusterNode, extra ...string) {
 	tc.t.Helper()
+	if nd.clockOffset != "" {
+		tc.t.Setenv("BEANPOLE_WALL_CLOCK_OFFSET", nd.clockOffset)
+		defer os.Unsetenv("BEANPOLE_WALL_CLOCK_OFFSET")
+	}
 	nd.srv = startTestServer(tc.t, "tcp", "", append([]string{"-V", "--cluster-dir", nd.dir, "--node-id", nd.id,
 		"--raft", nd.raft, "--bootstrap", cmp.Or(nd.bootstrap, tc.bootstrap), "--http", nd.http, "--http-token-file", tc.token}, extra...))
 }

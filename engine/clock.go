@@ -28,3 +28,10 @@ func (e *Engine) afterFunc(d time.Duration, f func()) timer {
 	}
 	return time.AfterFunc(d, f)
 }
+
+// SetWallOffset makes the engine's wall clock (what records carry: delay
+// deadlines, creation times) run d ahead of the host's (behind, for a
+// negative d), as on a host whose clock is off by d. Fault tests use it to
+// give one node of a cluster a clock that disagrees with the others'
+// (BEANPOLE_WALL_CLOCK_OFFSET); it must be called before the engine runs.
+func (e *Engine) SetWallOffset(d time.Duration) { e.baseWall = e.base.UnixNano() + int64(d) }

@@ -362,3 +362,40 @@ func TestCrossTubeReserveTakesTheBestJob(t *testing.T) {
 		}
 	}
 }
+
+// deadlineJournal keeps the wall-clock deadline of each put's record.
+type deadlineJournal struct {
+	fakeJournal
+	deadlines []int64
+}
+
+func (d *deadlineJournal) Put(j *record.Job, ack record.Ack) error {
+	d.deadlines = append(d.deadlines, j.Deadline)
+	return d.fakeJournal.Put(j, ack)
+}
+
+// A record's wall-clock deadline is the engine's wall clock plus the
+// delay, and the wall offset moves it by exactly the offset: what a node
+// whose clock is off stamps in the records others replay.
+func TestWallOffsetMovesRecordedDeadlinesByTheOffset(t *testing.T) {
+	const delay, offset = time.Minute, time.Hour
+	var stamped [2]int64
+	var before, after [2]int64
+	for i, off := range []time.Duration{0, offset} {
+		e := New(1)
+		e.SetWallOffset(off)
+		d := &deadlineJournal{}
+		e.SetJournal(d)
+		c, _ := newTestClient(e, 1)
+		before[i] = time.Now().UnixNano()
+		put(t, c, 0, delay, "x")
+		after[i] = time.Now().UnixNano()
+		stamped[i] = d.deadlines[0]
+	}
+	for i, off := range []time.Duration{0, offset} {
+		lo, hi := before[i]+int64(delay+off), after[i]+int64(delay+off)
+		if stamped[i] < lo-int64(time.Millisecond) || stamped[i] > hi+int64(time.Millisecond) {
+			t.Fatalf("offset %v: deadline %d, want within [%d, %d]", off, stamped[i], lo, hi)
+		}
+	}
+}
