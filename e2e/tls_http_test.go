@@ -321,4 +321,13 @@ func TestClusterStatusAndJoinOverHTTPS(t *testing.T) {
 	waitFor(t, 30*time.Second, "n2 to forward to the leader", func() bool {
 		return strings.Contains(try(n2.srv.addr, "peek 1\r\n", 5*time.Second), "FOUND 1 15\r\nbefore the join\r\n")
 	})
+
+	// A follower reloads its HTTPS certificate at SIGHUP.
+	n2.srv.signal(t, syscall.SIGHUP)
+	waitFor(t, 30*time.Second, "n2's reload", func() bool {
+		return strings.Contains(n2.srv.out.String(), "SIGHUP: the TLS certificate, key and client CA were reloaded")
+	})
+	if exited(n2.srv) {
+		t.Fatal("n2, a follower, exited on SIGHUP")
+	}
 }
