@@ -26,6 +26,8 @@ func (s statsSource) TLSHandshakeFailures() (uint64, bool) {
 	return s.srv.TLSHandshakeFailures(), s.tls
 }
 
+func (s statsSource) TLSHandshakesShed() uint64 { return s.srv.TLSHandshakesShed() }
+
 func (s statsSource) ServerStats(st *codec.ServerStats) { s.srv.Stats(st) }
 
 func (s statsSource) Refused() uint64 { return s.srv.Refused() }

@@ -1,19 +1,29 @@
 package main
 
 import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 )
 
-const clusterUsage = `Use: beanpole cluster COMMAND --http HOST:PORT [--token-file FILE] [ARGS]
+const clusterUsage = `Use: beanpole cluster COMMAND --http HOST:PORT [--tls-ca FILE] [--token-file FILE] [ARGS]
 
 Asks a cluster node, through its --http address, about the group or to
 change it. Changes need the node's --http-token-file token and run on the
 leader (a follower answers with the leader's id).
+
+--http https://HOST:PORT, or --tls-ca FILE, speaks HTTPS to a node that
+serves it (a node with --tls-cert and --tls-key does, unless --http-plain):
+--tls-ca FILE holds the CAs (PEM) that signed the node's certificate,
+usually the nodes' --tls-client-ca; without it the system's CAs are used.
 
   status                         the node's view: state, leader, term,
                                  commit and applied index, members (JSON)
@@ -48,7 +58,7 @@ func runCluster(args []string, stdout, stderr io.Writer) int {
 			v = args[i]
 		}
 		switch name {
-		case "--http", "--token-file", "--id", "--raft":
+		case "--http", "--tls-ca", "--token-file", "--id", "--raft":
 			opts[name] = v
 		default:
 			return usage(fmt.Sprintf("unexpected %q", args[i]))
@@ -57,10 +67,23 @@ func runCluster(args []string, stdout, stderr io.Writer) int {
 	if opts["--http"] == "" {
 		return usage("--http HOST:PORT is required")
 	}
+	base := opts["--http"]
+	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
+		base = "http://" + base
+		if opts["--tls-ca"] != "" {
+			base = "https://" + opts["--http"]
+		}
+	}
+	conf, err := trustConfig(opts["--tls-ca"])
+	if err != nil {
+		fmt.Fprintf(stderr, "beanpole cluster: --tls-ca: %v\n", err)
+		return 1
+	}
+	client := clusterClient(conf)
 	form := url.Values{}
 	switch cmd {
 	case "status":
-		return clusterRequest(http.MethodGet, opts["--http"], "/cluster", "", nil, stdout, stderr)
+		return clusterRequest(client, http.MethodGet, base, "/cluster", "", nil, stdout, stderr)
 	case "add":
 		if opts["--id"] == "" || opts["--raft"] == "" {
 			return usage("add needs --id and --raft")
@@ -87,13 +110,37 @@ func runCluster(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	return clusterRequest(http.MethodPost, opts["--http"], "/cluster/"+cmd, string(token), form, stdout, stderr)
+	return clusterRequest(client, http.MethodPost, base, "/cluster/"+cmd, string(token), form, stdout, stderr)
 }
 
-// clusterRequest sends one request to a node's HTTP side and prints the
-// answer: on stdout when it succeeded, on stderr (exit 1) otherwise.
-func clusterRequest(method, addr, path, token string, form url.Values, stdout, stderr io.Writer) int {
-	req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(form.Encode()))
+// trustConfig is the TLS configuration of a client that trusts the CAs in
+// caFile ("": the system's).
+func trustConfig(caFile string) (*tls.Config, error) {
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, err
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, errors.New(caFile + " holds no PEM certificate")
+		}
+	}
+	return conf, nil
+}
+
+// clusterClient is the HTTP client of `beanpole cluster` and --join, with
+// conf for HTTPS.
+func clusterClient(conf *tls.Config) *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: conf}}
+}
+
+// clusterRequest sends one request to a node's HTTP side (base is
+// http://HOST:PORT or https://HOST:PORT) and prints the answer: on stdout
+// when it succeeded, on stderr (exit 1) otherwise.
+func clusterRequest(client *http.Client, method, base, path, token string, form url.Values, stdout, stderr io.Writer) int {
+	req, err := http.NewRequest(method, base+path, strings.NewReader(form.Encode()))
 	if err != nil {
 		fmt.Fprintf(stderr, "beanpole cluster: %v\n", err)
 		return 5
@@ -104,15 +151,23 @@ func clusterRequest(method, addr, path, token string, form url.Values, stdout, s
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	hostPort := req.URL.Host
+	resp, err := client.Do(req)
 	if err != nil {
 		fmt.Fprintf(stderr, "beanpole cluster: %v\n", err)
+		if errors.Is(err, http.ErrSchemeMismatch) {
+			fmt.Fprintf(stderr, "beanpole cluster: %s serves plain HTTP: ask http://%s\n", hostPort, hostPort)
+		}
 		return 1
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode/100 != 2 {
 		fmt.Fprintf(stderr, "beanpole cluster: %s: %s", resp.Status, body)
+		// net/http's answer to plain HTTP on an HTTPS port.
+		if resp.StatusCode == http.StatusBadRequest && req.URL.Scheme == "http" && bytes.Contains(body, []byte("HTTPS server")) {
+			fmt.Fprintf(stderr, "beanpole cluster: %s serves HTTPS: ask https://%s (beanpole cluster --tls-ca FILE trusts the CA in FILE)\n", hostPort, hostPort)
+		}
 		return 1
 	}
 	_, _ = stdout.Write(body)

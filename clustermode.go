@@ -33,8 +33,10 @@ const exitDeposed = 75
 // startCluster opens this node of the group (--cluster-dir), forwards its
 // clients to the leader until it leads itself, then loads the engine from
 // the replicated state and makes the engine log through raft. It returns a
-// non-zero exit code on failure or when stopped while following.
-func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, adm *admin.Server, log zerolog.Logger, stderr io.Writer) (*cluster.Node, int) {
+// non-zero exit code on failure or when stopped while following. With
+// reloads, SIGHUP reloads the TLS files (reloadOnSIGHUP) while following
+// instead of being ignored.
+func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, adm *admin.Server, reloads bool, log zerolog.Logger, stderr io.Writer) (*cluster.Node, int) {
 	var members []cluster.Member
 	if cfg.Bootstrap != "" {
 		var err error
@@ -59,7 +61,7 @@ func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, ad
 	}
 	adm.SetCluster(node)
 	if cfg.Join != "" && node.Fresh {
-		if code := join(cfg, stderr); code != 0 {
+		if code := join(cfg, nodeTLS, stderr); code != 0 {
 			node.Close()
 			return nil, code
 		}
@@ -68,10 +70,14 @@ func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, ad
 	fw := node.Forward(lns, self)
 	log.Info().Str("node", cfg.NodeID).Str("raft", cfg.RaftAddr).Msg("cluster: following; clients are forwarded to the leader")
 
-	// While following, a stop ends the wait; drain mode and a TLS reload
-	// mean nothing yet and must not kill the process (their default), so
-	// they are ignored until the server's own handling takes them over.
-	signal.Ignore(syscall.SIGUSR1, syscall.SIGHUP)
+	// While following, a stop ends the wait; drain mode means nothing yet
+	// and must not kill the process (its default), so it is ignored until
+	// the server's own handling takes it over. SIGHUP reloads the TLS
+	// files of HTTPS on --http if there are any, and is ignored otherwise.
+	signal.Ignore(syscall.SIGUSR1)
+	if !reloads {
+		signal.Ignore(syscall.SIGHUP)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	jl, err := node.AwaitLeadership(ctx)
@@ -129,8 +135,11 @@ func seed(node *cluster.Node, dir string, log zerolog.Logger, stderr io.Writer) 
 	return 0
 }
 
-// join asks a member (--join, its --http address) to add this node.
-func join(cfg *config.Config, stderr io.Writer) int {
+// join asks a member (--join, its --http address) to add this node. Over
+// HTTPS it trusts the group's CA and presents this node's certificate
+// (nodeTLS, the links' configuration), or with no nodeTLS the system's
+// CAs.
+func join(cfg *config.Config, nodeTLS *tls.Config, stderr io.Writer) int {
 	var token string
 	if cfg.HTTPTokenFile != "" {
 		b, err := readToken(cfg.HTTPTokenFile)
@@ -140,8 +149,13 @@ func join(cfg *config.Config, stderr io.Writer) int {
 		}
 		token = string(b)
 	}
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if nodeTLS != nil {
+		conf = nodeTLS.Clone()
+	}
+	client := clusterClient(conf)
 	form := url.Values{"id": {cfg.NodeID}, "raft": {cfg.RaftAddr}}
-	if code := clusterRequest(http.MethodPost, cfg.Join, "/cluster/add", token, form, io.Discard, stderr); code != 0 {
+	if code := clusterRequest(client, http.MethodPost, cfg.JoinURL(), "/cluster/add", token, form, io.Discard, stderr); code != 0 {
 		fmt.Fprintf(stderr, "beanpole: --join %s: this node was not added\n", cfg.Join)
 		return code
 	}

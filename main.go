@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -71,13 +72,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	// The TLS files are read before dropping privileges (a key is often
 	// readable by root alone); SIGHUP reads them again as the -u user.
+	// The protocol's TLS listener and HTTPS on --http share them.
 	var tlsFiles *loop.TLSFiles
-	var tlsLn net.Listener
-	if cfg.TLSListen != "" {
+	if cfg.TLSListen != "" || cfg.HTTPS() {
 		if tlsFiles, err = loop.LoadTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA); err != nil {
 			fmt.Fprintf(stderr, "beanpole: %v\n", err)
 			return 1
 		}
+	}
+	var tlsLn net.Listener
+	if cfg.TLSListen != "" {
 		if tlsLn, err = net.Listen("tcp", cfg.TLSListen); err != nil {
 			fmt.Fprintf(stderr, "beanpole: listen: --tls-listen %s: %v\n", cfg.TLSListen, err)
 			return 111
@@ -97,8 +101,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return 1
 			}
 		}
+		var httpTLS *tls.Config
+		if cfg.HTTPS() {
+			httpTLS = tlsFiles.HTTPConfig()
+		}
 		adm, err = admin.Listen(admin.Options{Addr: cfg.HTTPAddr, Pprof: cfg.HTTPPprof, Token: token,
-			Hosts: cfg.HTTPHosts, PublicBodies: cfg.HTTPPublicBodies,
+			Hosts: cfg.HTTPHosts, PublicBodies: cfg.HTTPPublicBodies, TLS: httpTLS,
 			MaxTubes: cfg.MetricsMaxTubes, TotalNames: cfg.MetricsTotalNames, MaxConns: cfg.HTTPMaxConns, ReserveFDs: reserveFDs(&cfg),
 			Log: log.With().Str("component", "http").Logger()})
 		if err != nil {
@@ -107,7 +115,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		go adm.Serve()
 		defer adm.Close()
-		log.Info().Str("addr", "http://"+adm.Addr().String()).Bool("actions", token != nil).
+		log.Info().Str("addr", adm.URL()).Bool("actions", token != nil).
 			Msg("listening: the dashboard, /metrics, /healthz and /readyz")
 	}
 
@@ -116,6 +124,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "beanpole: %v\n", err)
 			return config.ExitCodeFor(err)
 		}
+	}
+	if tlsFiles != nil {
+		reloadOnSIGHUP(tlsFiles, log)
 	}
 
 	// BEANPOLE_GC_HEADROOM_MB overrides the collector's headroom floor
@@ -148,7 +159,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	var node *cluster.Node
 	if cfg.ClusterDir != "" {
-		if node, code = startCluster(&cfg, eng, lns, adm, log, stderr); node == nil {
+		if node, code = startCluster(&cfg, eng, lns, adm, tlsFiles != nil, log, stderr); node == nil {
 			return code
 		}
 	}
@@ -203,9 +214,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
 	signal.Ignore(syscall.SIGPIPE)
-	if tlsFiles != nil {
-		signal.Notify(sigs, syscall.SIGHUP)
-	}
 	served := make(chan error, len(lns)+1)
 	for _, ln := range lns {
 		go func() { served <- srv.Serve(ln) }()
@@ -222,16 +230,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for {
 		select {
 		case sig := <-sigs:
-			if sig == syscall.SIGHUP {
-				// New handshakes get the files read now; open
-				// connections keep theirs. A bad file keeps the old ones.
-				if err := tlsFiles.Reload(); err != nil {
-					log.Error().Err(err).Msg("SIGHUP: the TLS files were not reloaded; the ones loaded before stay in use")
-				} else {
-					log.Info().Msg("SIGHUP: the TLS certificate, key and client CA were reloaded")
-				}
-				continue
-			}
 			if sig == syscall.SIGUSR1 {
 				// Drain mode, as upstream: puts are refused from now on.
 				eng.SetDraining()
@@ -281,6 +279,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 	}
+}
+
+// reloadOnSIGHUP reads the TLS files again at every SIGHUP, from the
+// binlog's replay or a cluster node's following on: new handshakes, on
+// --tls-listen and on HTTPS alike, get the files read then; open
+// connections keep theirs. A bad file keeps the ones loaded before.
+func reloadOnSIGHUP(files *loop.TLSFiles, log zerolog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			if err := files.Reload(); err != nil {
+				log.Error().Err(err).Msg("SIGHUP: the TLS files were not reloaded; the ones loaded before stay in use")
+			} else {
+				log.Info().Msg("SIGHUP: the TLS certificate, key and client CA were reloaded")
+			}
+		}
+	}()
 }
 
 // graceOver waits d, or until a SIGTERM or SIGINT comes first (SIGUSR1,

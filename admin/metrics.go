@@ -38,9 +38,11 @@ type Source interface {
 }
 
 // tlsSource is a Source that may serve TLS: TLSHandshakeFailures counts
-// the failed handshakes, false without a TLS listener.
+// the failed handshakes, false without a TLS listener; TLSHandshakesShed
+// the connections closed unstarted for too many handshakes in progress.
 type tlsSource interface {
 	TLSHandshakeFailures() (uint64, bool)
+	TLSHandshakesShed() uint64
 }
 
 // Metric names.
@@ -126,6 +128,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				prometheus.NewDesc("beanpole_tls_handshake_failures_total",
 					"TLS handshakes (--tls-listen) that failed or timed out.", nil, nil),
 				prometheus.CounterValue, float64(n))
+			ch <- prometheus.MustNewConstMetric(
+				prometheus.NewDesc("beanpole_tls_handshakes_shed_total",
+					"TLS connections (--tls-listen) closed unanswered because 1,024 handshakes, or a quarter of the open-file limit, were in progress.", nil, nil),
+				prometheus.CounterValue, float64(t.TLSHandshakesShed()))
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(

@@ -1,6 +1,6 @@
 // Package admin serves what operators need besides the protocol, over
-// HTTP on its own listener (--http) and its own goroutines, never on the
-// event loops: Prometheus metrics (/metrics), liveness (/healthz),
+// HTTP or HTTPS on its own listener (--http) and its own goroutines, never
+// on the event loops: Prometheus metrics (/metrics), liveness (/healthz),
 // readiness (/readyz), a dashboard (/, see dashboard.go) and, when asked
 // for, the Go profiler (/debug/pprof/).
 //
@@ -13,11 +13,14 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"log"
 	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -67,12 +70,15 @@ type Options struct {
 	// PublicBodies shows job bodies on the pages without the token
 	// (--http-public-bodies).
 	PublicBodies bool
-	Log          zerolog.Logger
+	// TLS, when set, makes the listener serve HTTPS with it.
+	TLS *tls.Config
+	Log zerolog.Logger
 }
 
 // Server is the HTTP side of a beanpole process.
 type Server struct {
 	ln    *limitListener
+	tls   *tls.Config // nil: plain HTTP
 	http  *http.Server
 	state atomic.Int32
 	src   atomic.Pointer[sources]
@@ -95,7 +101,7 @@ func Listen(opts Options) (*Server, error) {
 		maxConns = math.MaxInt64
 	}
 	s := &Server{ln: &limitListener{Listener: ln, max: maxConns, reserve: opts.ReserveFDs / 2, log: opts.Log},
-		log: opts.Log}
+		tls: opts.TLS, log: opts.Log}
 	s.reg = prometheus.NewRegistry()
 	c := &collector{src: &s.src, maxTubes: opts.MaxTubes, http: s.ln, totalNames: opts.TotalNames}
 	s.coll = c
@@ -130,8 +136,33 @@ func Listen(opts Options) (*Server, error) {
 	}
 	s.http = &http.Server{Handler: newHostGuard(opts.Hosts, mux),
 		ReadHeaderTimeout: readTimeout, ReadTimeout: readTimeout, WriteTimeout: writeTimeout,
-		IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes}
+		IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes,
+		ErrorLog: log.New(&errorLog{log: opts.Log}, "", 0)}
+	if opts.TLS != nil {
+		// HTTP/1.1 only (the configuration offers no h2): one request
+		// in progress per connection, as over plain HTTP.
+		s.http.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	}
 	return s, nil
+}
+
+// errorLog takes net/http's own messages, a failed TLS handshake above
+// all, into the log: at most a line a second, counting those left out.
+type errorLog struct {
+	log   zerolog.Logger
+	last  atomic.Int64 // unix nanoseconds of the last line
+	quiet atomic.Int64
+}
+
+func (e *errorLog) Write(p []byte) (int, error) {
+	now := time.Now().UnixNano()
+	prev := e.last.Load()
+	if now-prev < int64(time.Second) || !e.last.CompareAndSwap(prev, now) {
+		e.quiet.Add(1)
+		return len(p), nil
+	}
+	e.log.Warn().Int64("suppressed", e.quiet.Swap(0)).Msg(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // Timeouts: no client holds a connection, a goroutine or a scrape's buffer
@@ -153,9 +184,23 @@ const (
 // Addr is the address the server listens on.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
-// Serve serves until Close.
+// URL is the base URL the server answers on: http://HOST:PORT or
+// https://HOST:PORT.
+func (s *Server) URL() string {
+	if s.tls != nil {
+		return "https://" + s.Addr().String()
+	}
+	return "http://" + s.Addr().String()
+}
+
+// Serve serves until Close. Over HTTPS the handshake runs on the
+// connection's own goroutine, within readTimeout.
 func (s *Server) Serve() {
-	if err := s.http.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	var ln net.Listener = s.ln
+	if s.tls != nil {
+		ln = tls.NewListener(s.ln, s.tls)
+	}
+	if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		s.log.Error().Err(err).Msg("http listener failed")
 	}
 }

@@ -73,6 +73,9 @@ type Config struct {
 	// HTTPMaxConns is --http-max-conns: HTTP connections beyond this many
 	// open at once are closed as soon as accepted.
 	HTTPMaxConns int
+	// HTTPPlain is --http-plain: --http serves plain HTTP even with
+	// --tls-cert and --tls-key (see HTTPS).
+	HTTPPlain bool
 	// MetricsMaxTubes is --metrics-max-tubes: tubes beyond this many are
 	// summed into one series in /metrics.
 	MetricsMaxTubes int
@@ -91,7 +94,8 @@ type Config struct {
 	// --bootstrap (the initial members, ID=HOST:PORT,...).
 	ClusterDir, NodeID, RaftAddr, Bootstrap string
 	// Join is --join: a member's --http address that adds this node to a
-	// running group on its first start.
+	// running group on its first start, as HOST:PORT or with the scheme
+	// to speak, http://HOST:PORT or https://HOST:PORT (see JoinURL).
 	Join string
 	// ClusterImport is --cluster-import: a binlog directory (beanpole's, or
 	// upstream beanstalkd's, imported first) whose jobs seed an empty group
@@ -279,14 +283,21 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 	} else if cfg.NodeID != "" || cfg.RaftAddr != "" || cfg.Bootstrap != "" || cfg.Join != "" || cfg.ClusterImport != "" {
 		return fail("--node-id, --raft, --bootstrap, --join and --cluster-import go with --cluster-dir")
 	}
+	tlsFiles := cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSClientCA != ""
 	switch {
-	case cfg.ClusterDir != "" && cfg.TLSListen == "" && (cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSClientCA != "") &&
+	case cfg.HTTPPlain && cfg.HTTPAddr == "":
+		return fail("--http-plain goes with --http")
+	case cfg.ClusterDir != "" && cfg.TLSListen == "" && tlsFiles &&
 		(cfg.TLSCert == "" || cfg.TLSKey == "" || cfg.TLSClientCA == ""):
 		return fail("the links between cluster nodes take --tls-cert, --tls-key and --tls-client-ca together")
-	case cfg.TLSListen == "" && (cfg.TLSOnly || cfg.ClusterDir == "" && (cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSClientCA != "")):
-		return fail("--tls-only, --tls-cert, --tls-key and --tls-client-ca go with --tls-listen (or, for the links between nodes, --cluster-dir)")
+	case cfg.TLSOnly && cfg.TLSListen == "":
+		return fail("--tls-only goes with --tls-listen")
+	case tlsFiles && cfg.TLSListen == "" && cfg.ClusterDir == "" && (cfg.HTTPAddr == "" || cfg.HTTPPlain):
+		return fail("--tls-cert, --tls-key and --tls-client-ca go with --tls-listen, with --http (for HTTPS) or, for the links between nodes, with --cluster-dir")
 	case cfg.TLSListen != "" && (cfg.TLSCert == "" || cfg.TLSKey == ""):
 		return fail("--tls-listen needs --tls-cert and --tls-key")
+	case tlsFiles && (cfg.TLSCert == "" || cfg.TLSKey == ""):
+		return fail("HTTPS on --http needs --tls-cert and --tls-key")
 	case cfg.TLSListen != "" && cfg.ClusterDir != "":
 		return fail("--tls-listen does not go with --cluster-dir: a follower forwards its plaintext clients only")
 	}
@@ -330,6 +341,7 @@ var longOpts = []longOpt{
 		cfg.HTTPMaxConns = int(n)
 		return nil
 	}},
+	{name: "--http-plain", flag: func(cfg *Config) { cfg.HTTPPlain = true }},
 	{name: "--http-pprof", flag: func(cfg *Config) { cfg.HTTPPprof = true }},
 	{name: "--http-public-bodies", flag: func(cfg *Config) { cfg.HTTPPublicBodies = true }},
 	{name: "--http-token-file", set: func(cfg *Config, v string) error {
@@ -361,7 +373,8 @@ var longOpts = []longOpt{
 	{name: "--bootstrap", set: nonEmpty(func(cfg *Config, v string) { cfg.Bootstrap = v })},
 	{name: "--cluster-import", set: nonEmpty(func(cfg *Config, v string) { cfg.ClusterImport = v })},
 	{name: "--join", set: func(cfg *Config, v string) error {
-		if _, _, err := net.SplitHostPort(v); err != nil {
+		_, hostPort := splitScheme(v)
+		if _, _, err := net.SplitHostPort(hostPort); err != nil {
 			return err
 		}
 		cfg.Join = v
@@ -386,6 +399,36 @@ var longOpts = []longOpt{
 		cfg.MetricsMaxTubes = int(n)
 		return nil
 	}},
+}
+
+// HTTPS reports whether --http serves HTTPS: with --tls-cert and --tls-key
+// (for --tls-listen, for the links between cluster nodes or for --http
+// alone), unless --http-plain.
+func (c *Config) HTTPS() bool { return c.HTTPAddr != "" && c.TLSCert != "" && !c.HTTPPlain }
+
+// JoinURL is the base URL --join speaks to: with the scheme --join gave,
+// otherwise https when this node has the TLS files and no --http-plain (a
+// group's members serve their --http alike), http when it has not.
+func (c *Config) JoinURL() string {
+	scheme, hostPort := splitScheme(c.Join)
+	if scheme == "" {
+		scheme = "http"
+		if c.TLSCert != "" && !c.HTTPPlain {
+			scheme = "https"
+		}
+	}
+	return scheme + "://" + hostPort
+}
+
+// splitScheme splits "http://HOST:PORT" or "https://HOST:PORT" into the
+// scheme and HOST:PORT; a bare HOST:PORT has no scheme.
+func splitScheme(v string) (scheme, hostPort string) {
+	for _, s := range []string{"http", "https"} {
+		if rest, ok := strings.CutPrefix(v, s+"://"); ok {
+			return s, rest
+		}
+	}
+	return "", v
 }
 
 // nonEmpty is a long option whose value may be anything but empty.

@@ -44,7 +44,10 @@ Long options:
             address-space or physical memory limit)
  --http HOST:PORT
             serve the dashboard, /metrics, /healthz and /readyz over HTTP
-            (":PORT" is 127.0.0.1:PORT); off by default
+            (":PORT" is 127.0.0.1:PORT), over HTTPS when --tls-cert and
+            --tls-key are given; off by default
+ --http-plain
+            serve plain HTTP on --http even with --tls-cert and --tls-key
  --http-token-file FILE
             allow the dashboard's actions (kick, delete, pause, flush, move)
             to whoever presents the token in FILE; read-only without it
@@ -85,7 +88,9 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
             (ignored once DIR holds state)
  --join HOST:PORT
             on its first start, ask the member whose --http is HOST:PORT
-            to add this node (with the --http-token-file token)
+            to add this node (with the --http-token-file token), over
+            HTTPS with the TLS files unless --http-plain; http://HOST:PORT
+            or https://HOST:PORT says which
  --cluster-import DIR
             seed an empty group with the jobs of the binlog in DIR
             (beanpole's, or beanstalkd's, which is imported first)
@@ -102,7 +107,8 @@ TLS, beside or instead of the plaintext listener (see docs/tls.md):
             the server's private key (PEM)
  --tls-client-ca FILE
             accept only clients whose certificate a CA in FILE (PEM)
-            signed; SIGHUP reads the three files again
+            signed (on --http, check those that present one); SIGHUP
+            reads the three files again
 
 beanpole import carries the jobs of beanstalkd's binlog over into beanpole's log
 and exits (beanstalkd's binlog in DIR, or read from SRC into DIR without
@@ -269,8 +275,28 @@ func TestParse(t *testing.T) {
 			stderr: usageErr("invalid value for --tls-listen: 127.0.0.1 (address 127.0.0.1: missing port in address)"), code: 5, done: true},
 		{name: "tls listen needs a certificate", args: []string{"--tls-listen", ":11301", "--tls-cert", "c.pem"},
 			stderr: usageErr("--tls-listen needs --tls-cert and --tls-key"), code: 5, done: true},
-		{name: "tls only needs a tls listener", args: []string{"--tls-only"},
-			stderr: usageErr("--tls-only, --tls-cert, --tls-key and --tls-client-ca go with --tls-listen (or, for the links between nodes, --cluster-dir)"), code: 5, done: true},
+		{name: "tls only needs a tls listener", args: []string{"--tls-only", "--tls-cert=c", "--tls-key=k", "--http=:8080"},
+			stderr: usageErr("--tls-only goes with --tls-listen"), code: 5, done: true},
+		{name: "tls files need a listener", args: []string{"--tls-cert=c", "--tls-key=k"},
+			stderr: usageErr("--tls-cert, --tls-key and --tls-client-ca go with --tls-listen, with --http (for HTTPS) or, for the links between nodes, with --cluster-dir"), code: 5, done: true},
+		{name: "https on --http alone", args: []string{"--tls-cert=c", "--tls-key=k", "--tls-client-ca=ca", "--http=:8443"},
+			want: with(func(c *Config) { c.TLSCert, c.TLSKey, c.TLSClientCA, c.HTTPAddr = "c", "k", "ca", "127.0.0.1:8443" })},
+		{name: "https needs the key", args: []string{"--tls-cert=c", "--http=:8443"},
+			stderr: usageErr("HTTPS on --http needs --tls-cert and --tls-key"), code: 5, done: true},
+		{name: "plain http leaves the tls files unused", args: []string{"--tls-cert=c", "--tls-key=k", "--http=:8080", "--http-plain"},
+			stderr: usageErr("--tls-cert, --tls-key and --tls-client-ca go with --tls-listen, with --http (for HTTPS) or, for the links between nodes, with --cluster-dir"), code: 5, done: true},
+		{name: "plain http beside tls", args: []string{"--tls-listen=:11301", "--tls-cert=c", "--tls-key=k", "--http=:8080", "--http-plain"},
+			want: with(func(c *Config) {
+				c.TLSListen, c.TLSCert, c.TLSKey, c.HTTPAddr, c.HTTPPlain = ":11301", "c", "k", "127.0.0.1:8080", true
+			})},
+		{name: "plain http needs http", args: []string{"--http-plain"},
+			stderr: usageErr("--http-plain goes with --http"), code: 5, done: true},
+		{name: "join with a scheme", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--join=https://10.0.0.1:8443"},
+			want: with(func(c *Config) {
+				c.ClusterDir, c.NodeID, c.RaftAddr, c.Join = "d", "a", "127.0.0.1:7000", "https://10.0.0.1:8443"
+			})},
+		{name: "join with a scheme needs a port", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--join=https://10.0.0.1"},
+			stderr: usageErr("invalid value for --join: https://10.0.0.1 (address 10.0.0.1: missing port in address)"), code: 5, done: true},
 		{name: "cluster links take the three tls files", args: []string{"--tls-cert=c", "--tls-key=k",
 			"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000"},
 			stderr: usageErr("the links between cluster nodes take --tls-cert, --tls-key and --tls-client-ca together"), code: 5, done: true},
@@ -413,6 +439,38 @@ func TestParseSize(t *testing.T) {
 		got, ok := parseSize(tt.in)
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("parseSize(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// --http serves HTTPS whenever the TLS files are given, unless
+// --http-plain; --join speaks what the group's members serve, unless its
+// value says which.
+func TestHTTPSAndJoinSchemeFollowTheTLSFiles(t *testing.T) {
+	cluster := []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--join=10.0.0.1:8080"}
+	files := []string{"--tls-cert=c", "--tls-key=k", "--tls-client-ca=ca"}
+	for _, tc := range []struct {
+		args  []string
+		https bool
+		join  string
+	}{
+		{args: cluster, join: "http://10.0.0.1:8080"},
+		{args: append(append([]string{"--http=:8080"}, files...), cluster...), https: true, join: "https://10.0.0.1:8080"},
+		{args: append(append([]string{"--http=:8080", "--http-plain"}, files...), cluster...), join: "http://10.0.0.1:8080"},
+		{args: append(append([]string{"--http=:8080"}, files...), append(cluster, "--join=http://10.0.0.1:8080")...), https: true, join: "http://10.0.0.1:8080"},
+		{args: append(append([]string{}, cluster...), "--join=https://10.0.0.1:8080"), join: "https://10.0.0.1:8080"},
+		{args: append([]string{"--tls-listen=:11301"}, files...)},
+	} {
+		var out, errOut bytes.Buffer
+		cfg, _, done := Parse(tc.args, &out, &errOut)
+		if done {
+			t.Fatalf("%q: %s", tc.args, errOut.String())
+		}
+		if cfg.HTTPS() != tc.https {
+			t.Errorf("%q: HTTPS() = %v, want %v", tc.args, cfg.HTTPS(), tc.https)
+		}
+		if tc.join != "" && cfg.JoinURL() != tc.join {
+			t.Errorf("%q: JoinURL() = %q, want %q", tc.args, cfg.JoinURL(), tc.join)
 		}
 	}
 }

@@ -42,7 +42,10 @@ Long options:
             address-space or physical memory limit)
  --http HOST:PORT
             serve the dashboard, /metrics, /healthz and /readyz over HTTP
-            (":PORT" is 127.0.0.1:PORT); off by default
+            (":PORT" is 127.0.0.1:PORT), over HTTPS when --tls-cert and
+            --tls-key are given; off by default
+ --http-plain
+            serve plain HTTP on --http even with --tls-cert and --tls-key
  --http-token-file FILE
             allow the dashboard's actions (kick, delete, pause, flush, move)
             to whoever presents the token in FILE; read-only without it
@@ -83,7 +86,9 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
             (ignored once DIR holds state)
  --join HOST:PORT
             on its first start, ask the member whose --http is HOST:PORT
-            to add this node (with the --http-token-file token)
+            to add this node (with the --http-token-file token), over
+            HTTPS with the TLS files unless --http-plain; http://HOST:PORT
+            or https://HOST:PORT says which
  --cluster-import DIR
             seed an empty group with the jobs of the binlog in DIR
             (beanpole's, or beanstalkd's, which is imported first)
@@ -100,7 +105,8 @@ TLS, beside or instead of the plaintext listener (see docs/tls.md):
             the server's private key (PEM)
  --tls-client-ca FILE
             accept only clients whose certificate a CA in FILE (PEM)
-            signed; SIGHUP reads the three files again
+            signed (on --http, check those that present one); SIGHUP
+            reads the three files again
 
 %s import carries the jobs of beanstalkd's binlog over into beanpole's log
 and exits (beanstalkd's binlog in DIR, or read from SRC into DIR without

@@ -19,12 +19,16 @@ func nodeTLSArgs(t *testing.T, ca *testCA, dir, name string) []string {
 	return []string{"--tls-cert", cert, "--tls-key", key, "--tls-client-ca", caFile}
 }
 
+// plainHTTP is nodeTLSArgs with --http-plain: the links between nodes over
+// TLS, the HTTP side plain, as the helpers that read it expect.
+func plainHTTP(args []string) []string { return append(args, "--http-plain") }
+
 func TestClusterNodesSpeakMutualTLSAndAStrangerCannotJoin(t *testing.T) {
 	ca := newTestCA(t, "cluster CA")
 	certs := t.TempDir()
 	tc := newTestCluster(t, 3)
 	for _, nd := range tc.nodes {
-		tc.start(nd, nodeTLSArgs(t, ca, certs, nd.id)...)
+		tc.start(nd, plainHTTP(nodeTLSArgs(t, ca, certs, nd.id))...)
 	}
 	lead := tc.leader()
 	follower := tc.other(lead)
@@ -36,7 +40,7 @@ func TestClusterNodesSpeakMutualTLSAndAStrangerCannotJoin(t *testing.T) {
 	// hears from the leader and serves nothing.
 	stranger := tc.newNode("n4")
 	tc.nodes = append(tc.nodes, stranger)
-	tc.start(stranger, append(nodeTLSArgs(t, newTestCA(t, "other CA"), t.TempDir(), "n4"), "--join", lead.http)...)
+	tc.start(stranger, append(plainHTTP(nodeTLSArgs(t, newTestCA(t, "other CA"), t.TempDir(), "n4")), "--join", lead.http)...)
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		if st := tc.status(stranger); st.AppliedIndex != 0 || st.Leader != "" {

@@ -300,7 +300,7 @@ func TestTLSGarbageIsClosedAtOnceAndCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	ts := startTLSServer(t, "--http", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	ts := startTLSServer(t, "--http", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), "--http-plain")
 	begin := time.Now()
 	for i, junk := range []string{"stats\r\n", "put 0 0 60 5\r\nhello\r\n", "\x16\x03\x01\x00\x05junk!", strings.Repeat("\xff", 64)} {
 		start := time.Now()

@@ -111,6 +111,13 @@ type Server struct {
 	stopping    atomic.Bool
 	acceptWG    sync.WaitGroup
 
+	// handshakes is how many TLS handshakes are in progress; tlsShed
+	// counts the TLS connections closed unstarted because maxHandshakes
+	// were, shedWarned is when that was last logged (see ServeTLS).
+	handshakes atomic.Int64
+	tlsShed    atomic.Uint64
+	shedWarned atomic.Int64
+
 	throttled throttleSet
 
 	// Binlog, when set, fills the binlog-* fields of `stats`.

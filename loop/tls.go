@@ -34,6 +34,13 @@ import (
 // garbage fails the handshake at its first bytes and is closed at once.
 // Failed handshakes are counted (TLSHandshakeFailures) and logged at most
 // once a second.
+//
+// Handshakes in progress are bounded (maxHandshakes): each holds a
+// descriptor and a goroutine for up to TLSHandshakeTimeout, so clients
+// that connect and stall could otherwise take every descriptor, and the
+// plaintext listener, established TLS connections and the HTTP side with
+// them. A TLS connection accepted beyond the bound is closed at once,
+// counted (TLSHandshakesShed) and logged at most once a second.
 
 // TLSHandshakeTimeout is how long a TLS handshake may take.
 const TLSHandshakeTimeout = 10 * time.Second
@@ -54,12 +61,43 @@ var outBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }
 // handshake with conf has succeeded.
 func (s *Server) ServeTLS(ln net.Listener, conf *tls.Config) error {
 	return s.serve(ln, func(fd int, local net.Addr) {
+		if limit := maxHandshakes(); s.handshakes.Add(1) > limit {
+			s.handshakes.Add(-1)
+			unix.Close(fd)
+			s.tlsShed.Add(1)
+			s.warnEvery(&s.shedWarned, func() {
+				s.log.Warn().Int64("handshakes", limit).Uint64("shed", s.tlsShed.Load()).
+					Msg("too many TLS handshakes in progress: closing new TLS connections at once")
+			})
+			return
+		}
 		go s.bridge(fd, local, conf)
 	})
 }
 
+// maxTLSHandshakes bounds the TLS handshakes in progress however high the
+// open-file limit: a thousand handshakes a second from a legitimate
+// crowd finish long before a thousand more arrive.
+const maxTLSHandshakes = 1024
+
+// maxHandshakes is how many TLS handshakes may be in progress at once: a
+// quarter of the open-file limit, read at each connection like the
+// reserve (so a limit changed while serving applies at once), at most
+// maxTLSHandshakes.
+func maxHandshakes() int64 {
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) != nil {
+		return maxTLSHandshakes
+	}
+	return int64(max(1, min(maxTLSHandshakes, lim.Cur/4)))
+}
+
 // TLSHandshakeFailures is how many TLS handshakes failed or timed out.
 func (s *Server) TLSHandshakeFailures() uint64 { return s.tlsFailures.Load() }
+
+// TLSHandshakesShed is how many TLS connections were closed unstarted
+// because maxHandshakes handshakes were in progress.
+func (s *Server) TLSHandshakesShed() uint64 { return s.tlsShed.Load() }
 
 // fileConn is an accepted socket as the net.Conn crypto/tls wants: an
 // os.File polled by Go's runtime, with no duplicate descriptor.
@@ -96,7 +134,9 @@ func (s *Server) bridge(fd int, local net.Addr, conf *tls.Config) {
 	raw := &fileConn{File: os.NewFile(uintptr(fd), ""), local: local, remote: remote}
 	_ = raw.SetDeadline(time.Now().Add(TLSHandshakeTimeout))
 	tc := tls.Server(raw, conf)
-	if err := tc.Handshake(); err != nil {
+	err := tc.Handshake()
+	s.handshakes.Add(-1)
+	if err != nil {
 		s.tlsFailures.Add(1)
 		s.warnEvery(&s.tlsWarned, func() {
 			ev := s.log.Warn().Err(err).Uint64("failures", s.tlsFailures.Load())

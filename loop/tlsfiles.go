@@ -11,11 +11,14 @@ import (
 
 // TLSFiles are the certificate, key and client CA files of --tls-cert,
 // --tls-key and --tls-client-ca, read again by Reload (SIGHUP). Handshakes
-// take the configuration loaded last; open connections keep theirs.
+// take the configuration loaded last; open connections keep theirs. The
+// protocol's listener (Config) and the HTTP side (HTTPConfig) serve the
+// same certificate from the same load.
 type TLSFiles struct {
 	Cert, Key string
 	ClientCA  string // "": clients need no certificate
 	cur       atomic.Pointer[tls.Config]
+	http      atomic.Pointer[tls.Config]
 }
 
 // LoadTLS reads the files once; the error says which one is wrong.
@@ -46,7 +49,17 @@ func (f *TLSFiles) Reload() error {
 		}
 		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
+	// The HTTP side checks a client certificate when one is presented
+	// but needs none: a scraper that trusts the server's CA and has no
+	// certificate of its own is served. It speaks HTTP/1.1 only, so that
+	// the limit on connections is a limit on requests in progress.
+	h := c.Clone()
+	h.NextProtos = []string{"http/1.1"}
+	if f.ClientCA != "" {
+		h.ClientAuth = tls.VerifyClientCertIfGiven
+	}
 	f.cur.Store(c)
+	f.http.Store(h)
 	return nil
 }
 
@@ -57,6 +70,19 @@ func (f *TLSFiles) Config() *tls.Config {
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			return f.cur.Load(), nil
+		},
+	}
+}
+
+// HTTPConfig is the tls.Config of the HTTP side (--http): the same
+// certificate as Config's, reloaded alike, with client certificates
+// checked if given rather than required.
+func (f *TLSFiles) HTTPConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"},
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return f.http.Load(), nil
 		},
 	}
 }

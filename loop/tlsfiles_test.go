@@ -107,3 +107,60 @@ func TestTLSFilesBadReloadKeepsTheLoadedOnes(t *testing.T) {
 		t.Error("LoadTLS with a missing key succeeded")
 	}
 }
+
+// The HTTP side serves the certificate of the same load as the protocol's
+// listener, reloads with it, and checks a client certificate only if one
+// is presented.
+func TestTLSFilesHTTPConfigFollowsTheProtocolsLoad(t *testing.T) {
+	dir := t.TempDir()
+	path := func(name string) string { return filepath.Join(dir, name) }
+	write := func(name string, data []byte) {
+		t.Helper()
+		if err := os.WriteFile(path(name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	httpServed := func(f *TLSFiles) (string, tls.ClientAuthType, []string) {
+		t.Helper()
+		c, err := f.HTTPConfig().GetConfigForClient(&tls.ClientHelloInfo{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := x509.ParseCertificate(c.Certificates[0].Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return leaf.Subject.CommonName, c.ClientAuth, c.NextProtos
+	}
+	cert1, key1 := selfSigned(t, "first")
+	cert2, key2 := selfSigned(t, "second")
+	ca, _ := selfSigned(t, "clients")
+	write("cert", cert1)
+	write("key", key1)
+	write("ca", ca)
+	f, err := LoadTLS(path("cert"), path("key"), path("ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, auth, protos := httpServed(f); name != "first" || auth != tls.VerifyClientCertIfGiven || len(protos) != 1 || protos[0] != "http/1.1" {
+		t.Fatalf("HTTP side serves %q with %v and ALPN %q, want first with VerifyClientCertIfGiven and http/1.1", name, auth, protos)
+	}
+	if _, auth := served(t, f); auth != tls.RequireAndVerifyClientCert {
+		t.Fatalf("the protocol's listener asks %v, want RequireAndVerifyClientCert", auth)
+	}
+	write("cert", cert2)
+	write("key", key2)
+	if err := f.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if name, _, _ := httpServed(f); name != "second" {
+		t.Errorf("HTTP side serves %q after a reload, want second", name)
+	}
+	g, err := LoadTLS(path("cert"), path("key"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, auth, _ := httpServed(g); auth != tls.NoClientCert {
+		t.Errorf("without a client CA the HTTP side asks %v, want NoClientCert", auth)
+	}
+}
