@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +19,7 @@ import (
 	"github.com/beanpole/beanpole/cluster"
 	"github.com/beanpole/beanpole/config"
 	"github.com/beanpole/beanpole/engine"
+	"github.com/beanpole/beanpole/loop"
 	"github.com/beanpole/beanpole/persist"
 )
 
@@ -34,9 +34,10 @@ const exitDeposed = 75
 // clients to the leader until it leads itself, then loads the engine from
 // the replicated state and makes the engine log through raft. It returns a
 // non-zero exit code on failure or when stopped while following. With
-// reloads, SIGHUP reloads the TLS files (reloadOnSIGHUP) while following
-// instead of being ignored.
-func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, adm *admin.Server, reloads bool, log zerolog.Logger, stderr io.Writer) (*cluster.Node, int) {
+// TLS files, SIGHUP reloads them (reloadOnSIGHUP) while following instead
+// of being ignored, and the links between nodes use mutual TLS with the
+// files loaded last.
+func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, adm *admin.Server, files *loop.TLSFiles, log zerolog.Logger, stderr io.Writer) (*cluster.Node, int) {
 	var members []cluster.Member
 	if cfg.Bootstrap != "" {
 		var err error
@@ -45,12 +46,11 @@ func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, ad
 			return nil, config.ExitUsage
 		}
 	}
-	var nodeTLS *tls.Config
-	if cfg.TLSCert != "" {
-		var err error
-		if nodeTLS, err = loadNodeTLS(cfg); err != nil {
-			fmt.Fprintf(stderr, "beanpole: the links between nodes: %v\n", err)
-			return nil, 1
+	var nodeTLS func() *tls.Config
+	if files != nil && cfg.TLSClientCA != "" {
+		nodeTLS = func() *tls.Config {
+			c := files.Loaded()
+			return cluster.NodeTLS(c.Certificates[0], c.ClientCAs)
 		}
 	}
 	node, err := cluster.Open(cluster.Config{ID: cfg.NodeID, Dir: cfg.ClusterDir, Raft: cfg.RaftAddr,
@@ -75,7 +75,7 @@ func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, ad
 	// the server's own handling takes it over. SIGHUP reloads the TLS
 	// files of HTTPS on --http if there are any, and is ignored otherwise.
 	signal.Ignore(syscall.SIGUSR1)
-	if !reloads {
+	if files == nil {
 		signal.Ignore(syscall.SIGHUP)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -139,7 +139,7 @@ func seed(node *cluster.Node, dir string, log zerolog.Logger, stderr io.Writer) 
 // HTTPS it trusts the group's CA and presents this node's certificate
 // (nodeTLS, the links' configuration), or with no nodeTLS the system's
 // CAs.
-func join(cfg *config.Config, nodeTLS *tls.Config, stderr io.Writer) int {
+func join(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer) int {
 	var token string
 	if cfg.HTTPTokenFile != "" {
 		b, err := readToken(cfg.HTTPTokenFile)
@@ -151,7 +151,7 @@ func join(cfg *config.Config, nodeTLS *tls.Config, stderr io.Writer) int {
 	}
 	conf := &tls.Config{MinVersion: tls.VersionTLS12}
 	if nodeTLS != nil {
-		conf = nodeTLS.Clone()
+		conf = nodeTLS()
 	}
 	client := clusterClient(conf)
 	form := url.Values{"id": {cfg.NodeID}, "raft": {cfg.RaftAddr}}
@@ -160,24 +160,6 @@ func join(cfg *config.Config, nodeTLS *tls.Config, stderr io.Writer) int {
 		return code
 	}
 	return 0
-}
-
-// loadNodeTLS reads this node's certificate and the CA that signed every
-// node's, for mutual TLS between nodes.
-func loadNodeTLS(cfg *config.Config) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-	if err != nil {
-		return nil, err
-	}
-	pem, err := os.ReadFile(cfg.TLSClientCA)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", cfg.TLSClientCA)
-	}
-	return cluster.NodeTLS(cert, pool), nil
 }
 
 // clientAddr is the address other nodes forward this node's clients to:

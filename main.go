@@ -74,7 +74,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// readable by root alone); SIGHUP reads them again as the -u user.
 	// The protocol's TLS listener and HTTPS on --http share them.
 	var tlsFiles *loop.TLSFiles
-	if cfg.TLSListen != "" || cfg.HTTPS() {
+	if cfg.TLSListen != "" || cfg.HTTPS() || cfg.ClusterDir != "" && cfg.TLSCert != "" {
 		if tlsFiles, err = loop.LoadTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA); err != nil {
 			fmt.Fprintf(stderr, "beanpole: %v\n", err)
 			return 1
@@ -159,7 +159,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	var node *cluster.Node
 	if cfg.ClusterDir != "" {
-		if node, code = startCluster(&cfg, eng, lns, adm, tlsFiles != nil, log, stderr); node == nil {
+		if node, code = startCluster(&cfg, eng, lns, adm, tlsFiles, log, stderr); node == nil {
 			return code
 		}
 	}

@@ -60,10 +60,11 @@ type Config struct {
 	Bootstrap []Member
 	// Transport replaces the TCP transport (tests use raft's in-memory one).
 	Transport raft.Transport
-	// TLS, when set, secures the links between nodes with mutual TLS
-	// (NodeTLS): a node whose certificate the CA did not sign can neither
-	// join nor be reached.
-	TLS *tls.Config
+	// TLS, when set, secures the links between nodes with mutual TLS: it
+	// returns the configuration (NodeTLS) for each new link, so that
+	// reloaded files take effect without a restart. A node whose
+	// certificate the CA did not sign can neither join nor be reached.
+	TLS func() *tls.Config
 	// Timing: the heartbeat and election timeouts (a follower starts an
 	// election after missing heartbeats this long). Zero: 500 ms each.
 	HeartbeatTimeout, ElectionTimeout time.Duration

@@ -15,7 +15,7 @@ import (
 // certificate can neither join the group nor be reached by it.
 type tlsLayer struct {
 	net.Listener
-	cfg *tls.Config
+	cfg func() *tls.Config // the configuration of the next link
 }
 
 // Accept wraps the next connection in TLS; the handshake runs on the first
@@ -25,7 +25,7 @@ func (l *tlsLayer) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tls.Server(c, l.cfg), nil
+	return tls.Server(c, l.cfg()), nil
 }
 
 // Dial opens a connection to a peer and completes the handshake, checking
@@ -35,7 +35,7 @@ func (l *tlsLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Con
 	if err != nil {
 		return nil, err
 	}
-	cfg := l.cfg.Clone()
+	cfg := l.cfg().Clone()
 	cfg.ServerName = host
 	return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", string(addr), cfg)
 }

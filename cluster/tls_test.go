@@ -77,8 +77,9 @@ func TestNodesSpeakMutualTLSAndRefuseForeignCertificates(t *testing.T) {
 	}
 	g := &group{t: t}
 	for _, m := range members {
+		cfg := NodeTLS(ca.node(t, m.ID), ca.pool)
 		nd, err := Open(Config{ID: m.ID, Dir: t.TempDir(), Raft: m.Raft, Bootstrap: members,
-			TLS: NodeTLS(ca.node(t, m.ID), ca.pool), Log: zerolog.Nop()})
+			TLS: func() *tls.Config { return cfg }, Log: zerolog.Nop()})
 		if err != nil {
 			t.Fatal(err)
 		}

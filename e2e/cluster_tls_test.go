@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -50,4 +52,44 @@ func TestClusterNodesSpeakMutualTLSAndAStrangerCannotJoin(t *testing.T) {
 	}
 	// The group goes on without it.
 	put(t, c, 0, 0, 60, "still over tls", 2)
+}
+
+// SIGHUP reloads the files of the links between nodes too: once every
+// node's client CA file also holds a new CA and each was sent SIGHUP, a
+// node whose certificate only the new CA signed joins and catches up (with
+// the files read at the start, it would be refused as a stranger is).
+func TestClusterNodeLinksTakeTheReloadedCAAtSIGHUP(t *testing.T) {
+	old := newTestCA(t, "cluster CA")
+	certs := t.TempDir()
+	tc := newTestCluster(t, 3)
+	for _, nd := range tc.nodes {
+		tc.start(nd, plainHTTP(nodeTLSArgs(t, old, certs, nd.id))...)
+	}
+	lead := tc.leader()
+	c := lead.srv.dial(t)
+	put(t, c, 0, 0, 60, "under the old CA", 1)
+
+	next := newTestCA(t, "next cluster CA")
+	both := append(append([]byte{}, old.pem...), next.pem...)
+	writeFile(t, filepath.Join(certs, "ca.pem"), both)
+	const reloaded = "SIGHUP: the TLS certificate, key and client CA were reloaded"
+	for _, nd := range tc.nodes {
+		nd.srv.signal(t, syscall.SIGHUP)
+		waitFor(t, 30*time.Second, nd.id+" to reload its TLS files", func() bool {
+			return strings.Contains(nd.srv.out.String(), reloaded)
+		})
+	}
+
+	n4 := tc.newNode("n4")
+	tc.nodes = append(tc.nodes, n4)
+	dir := t.TempDir()
+	args := plainHTTP(nodeTLSArgs(t, next, dir, "n4"))
+	writeFile(t, filepath.Join(dir, "ca.pem"), both)
+	tc.start(n4, append(args, "--join", lead.http)...)
+	leaderApplied := tc.status(lead).AppliedIndex
+	waitFor(t, 30*time.Second, "n4, under the new CA, to follow the leader and apply its log", func() bool {
+		st := tc.status(n4)
+		return st.Leader == lead.id && st.AppliedIndex >= leaderApplied
+	})
+	put(t, c, 0, 0, 60, "with n4", 2)
 }

@@ -63,6 +63,10 @@ func (f *TLSFiles) Reload() error {
 	return nil
 }
 
+// Loaded is the configuration Reload stored last: the certificate, and
+// the client CA's pool in ClientCAs (nil without --tls-client-ca).
+func (f *TLSFiles) Loaded() *tls.Config { return f.cur.Load() }
+
 // Config is the tls.Config to serve with: each handshake takes the
 // configuration Reload stored last.
 func (f *TLSFiles) Config() *tls.Config {
