@@ -1,27 +1,9 @@
 package e2e
 
 import (
-	"os/exec"
 	"strconv"
 	"testing"
-	"time"
 )
-
-// transferTo hands the lead from the leader lead to node to, waits until
-// to leads, and restarts the old leader, which exits once deposed, as its
-// supervisor would.
-func (tc *testCluster) transferTo(lead, to *clusterNode) {
-	tc.t.Helper()
-	if out, err := exec.Command(target.bin, "cluster", "transfer-leader", "--http", lead.http, "--token-file", tc.token,
-		"--id", to.id).CombinedOutput(); err != nil {
-		tc.t.Fatalf("transfer-leader to %s: %v\n%s", to.id, err, out)
-	}
-	waitFor(tc.t, 30*time.Second, "the deposed leader "+lead.id+" to exit", func() bool { return exited(lead.srv) })
-	tc.start(lead)
-	if next := tc.leader(lead); next != to {
-		tc.t.Fatalf("%s leads, not %s", next.id, to.id)
-	}
-}
 
 // Only delays follow the wall clock: a delayed job's deadline is stamped
 // by the leader that put it, and read by whichever node leads. A node

@@ -159,6 +159,22 @@ func (tc *testCluster) leader(excluded ...*clusterNode) *clusterNode {
 	return found
 }
 
+// transferTo hands the lead from the leader lead to node to, waits until
+// to leads, and restarts the old leader, which exits once deposed, as its
+// supervisor would.
+func (tc *testCluster) transferTo(lead, to *clusterNode) {
+	tc.t.Helper()
+	if out, err := exec.Command(target.bin, "cluster", "transfer-leader", "--http", lead.http, "--token-file", tc.token,
+		"--id", to.id).CombinedOutput(); err != nil {
+		tc.t.Fatalf("transfer-leader to %s: %v\n%s", to.id, err, out)
+	}
+	waitFor(tc.t, 30*time.Second, "the deposed leader "+lead.id+" to exit", func() bool { return exited(lead.srv) })
+	tc.start(lead)
+	if next := tc.leader(lead); next != to {
+		tc.t.Fatalf("%s leads, not %s", next.id, to.id)
+	}
+}
+
 // other is a node of the cluster that is not nd (the first such).
 func (tc *testCluster) other(nd *clusterNode) *clusterNode {
 	for _, x := range tc.nodes {
@@ -576,4 +592,34 @@ func TestClusterEveryAcknowledgedJobSurvivesKillingEveryNode(t *testing.T) {
 		expect(t, cn, fmt.Sprintf("FOUND %d %d\r\n%s\r\n", i+1, len(body), body))
 	}
 	put(t, cn, 0, 0, 60, "after", 51)
+}
+
+// A follower has no engine of its own to drain or files to reload: SIGUSR1
+// and SIGHUP must not end it (their default action) while it follows, and
+// once it leads they mean what they mean on a single server.
+func TestClusterFollowerOutlivesSIGUSR1AndSIGHUPAndDrainsOnceItLeads(t *testing.T) {
+	tc := startTestCluster(t, 3)
+	lead := tc.leader()
+	f := tc.other(lead)
+	// The handlers are in place once the node follows: it says so.
+	waitFor(t, 30*time.Second, f.id+" to follow", func() bool {
+		return strings.Contains(f.srv.out.String(), "cluster: following")
+	})
+	f.srv.signal(t, syscall.SIGUSR1)
+	f.srv.signal(t, syscall.SIGHUP)
+	if id, _ := putUntilInserted(t, f.srv.addr, "through the follower", 30*time.Second); id != 1 {
+		t.Fatalf("id %d", id)
+	}
+	if exited(f.srv) {
+		t.Fatalf("%s exited on SIGUSR1 or SIGHUP", f.id)
+	}
+
+	tc.transferTo(lead, f)
+	c := f.srv.dial(t)
+	f.srv.signal(t, syscall.SIGUSR1)
+	waitFor(t, 30*time.Second, f.id+", leading, to drain", func() bool {
+		return try(f.srv.addr, "put 0 0 60 1\r\nx\r\n", 5*time.Second) == "DRAINING\r\n"
+	})
+	mustSend(t, c, "peek 1\r\n")
+	expect(t, c, "FOUND 1 20\r\nthrough the follower\r\n")
 }
