@@ -37,7 +37,7 @@ const exitDeposed = 75
 // TLS files, SIGHUP reloads them (reloadOnSIGHUP) while following instead
 // of being ignored, and the links between nodes use mutual TLS with the
 // files loaded last.
-func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, adm *admin.Server, files *loop.TLSFiles, log zerolog.Logger, stderr io.Writer) (*cluster.Node, int) {
+func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, tlsLn net.Listener, adm *admin.Server, files *loop.TLSFiles, log zerolog.Logger, stderr io.Writer) (*cluster.Node, int) {
 	var members []cluster.Member
 	if cfg.Bootstrap != "" {
 		var err error
@@ -66,8 +66,7 @@ func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, ad
 			return nil, code
 		}
 	}
-	self := clientAddr(lns, cfg.RaftAddr)
-	fw := node.Forward(lns, self)
+	fw := node.Forward(lns, tlsLn)
 	log.Info().Str("node", cfg.NodeID).Str("raft", cfg.RaftAddr).Msg("cluster: following; clients are forwarded to the leader")
 
 	// While following, a stop ends the wait; drain mode means nothing yet
@@ -96,7 +95,14 @@ func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, ad
 			return nil, code
 		}
 	}
-	if err := node.Announce(self); err != nil {
+	var self, selfTLS string
+	if len(lns) > 0 {
+		self = clientAddr(lns[0], cfg.RaftAddr)
+	}
+	if tlsLn != nil {
+		selfTLS = clientAddr(tlsLn, cfg.RaftAddr)
+	}
+	if err := node.Announce(self, selfTLS); err != nil {
 		node.Close()
 		fmt.Fprintf(stderr, "beanpole: cluster: announcing the leader: %v\n", err)
 		return nil, exitDeposed
@@ -163,9 +169,10 @@ func join(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer) int 
 }
 
 // clientAddr is the address other nodes forward this node's clients to:
-// the first listener's, with an unspecified host replaced by --raft's.
-func clientAddr(lns []net.Listener, raftAddr string) string {
-	addr := lns[0].Addr().String()
+// ln's (the first plaintext listener, or the TLS one), with an unspecified
+// host replaced by --raft's.
+func clientAddr(ln net.Listener, raftAddr string) string {
+	addr := ln.Addr().String()
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return addr

@@ -159,7 +159,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	var node *cluster.Node
 	if cfg.ClusterDir != "" {
-		if node, code = startCluster(&cfg, eng, lns, adm, tlsFiles, log, stderr); node == nil {
+		if node, code = startCluster(&cfg, eng, lns, tlsLn, adm, tlsFiles, log, stderr); node == nil {
 			return code
 		}
 	}

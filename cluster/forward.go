@@ -4,17 +4,19 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
 
 // Forwarder serves a follower's client listeners: each connection is
 // joined, byte for byte, to the client address of the node that leads, so a
-// client configured with any node's address works unchanged.
+// client configured with any node's address works unchanged. A TLS
+// listener's connections go to the leader's TLS listener as they are: the
+// client's TLS session is with the leader.
 type Forwarder struct {
 	node  *Node
-	lns   []net.Listener
-	self  string // this node's own client address: never a target
+	lns   []net.Listener // the plaintext listeners, then the TLS one if any
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -25,19 +27,27 @@ type Forwarder struct {
 // (an election) before it is closed.
 const leaderWait = 10 * time.Second
 
-// Forward starts forwarding the connections accepted on lns.
-func (n *Node) Forward(lns []net.Listener, self string) *Forwarder {
-	f := &Forwarder{node: n, lns: lns, self: self, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
+// Forward starts forwarding the connections accepted on lns (plaintext)
+// and tlsLn (TLS; nil: none).
+func (n *Node) Forward(lns []net.Listener, tlsLn net.Listener) *Forwarder {
+	f := &Forwarder{node: n, lns: slices.Clone(lns), conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
+	if tlsLn != nil {
+		f.lns = append(f.lns, tlsLn)
+	}
 	for _, ln := range lns {
 		f.wg.Add(1)
-		go f.accept(ln)
+		go f.accept(ln, false)
+	}
+	if tlsLn != nil {
+		f.wg.Add(1)
+		go f.accept(tlsLn, true)
 	}
 	return f
 }
 
 type deadliner interface{ SetDeadline(time.Time) error }
 
-func (f *Forwarder) accept(ln net.Listener) {
+func (f *Forwarder) accept(ln net.Listener, tls bool) {
 	defer f.wg.Done()
 	for {
 		c, err := ln.Accept()
@@ -58,7 +68,7 @@ func (f *Forwarder) accept(ln net.Listener) {
 			c.Close()
 			return
 		}
-		go f.join(c)
+		go f.join(c, tls)
 	}
 }
 
@@ -82,11 +92,11 @@ func (f *Forwarder) untrack(c net.Conn) {
 // join connects c to the leader and copies both ways until either side
 // closes; a half-close is passed on, so commands sent before it are
 // answered as on the leader itself.
-func (f *Forwarder) join(c net.Conn) {
+func (f *Forwarder) join(c net.Conn, tls bool) {
 	defer f.untrack(c)
 	var addr string
 	for deadline := time.Now().Add(leaderWait); ; {
-		if addr = f.node.LeaderClient(); addr != "" && addr != f.self {
+		if addr = f.node.LeaderClient(tls); addr != "" {
 			break
 		}
 		if time.Now().After(deadline) {

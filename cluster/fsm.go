@@ -35,7 +35,8 @@ type FSM struct {
 	tubes   map[string]string
 	applied uint64 // raft index of the last entry applied
 	// leader is the latest leader's announcement: its node id and the
-	// address its clients connect to (followers forward there).
+	// addresses its clients connect to (followers forward there): the
+	// plaintext one, then, after a NUL, the TLS one if it has one.
 	leaderID, leaderClient string
 	// clients are the client addresses of every node that has led.
 	clients map[string]string
@@ -81,7 +82,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	case entryLeader:
 		id, addr, _ := strings.Cut(string(l.Data[1:]), "\x00")
 		f.leaderID, f.leaderClient = id, addr
-		f.clients[id] = addr
+		f.clients[id], _, _ = strings.Cut(addr, "\x00")
 		return nil
 	}
 	return fmt.Errorf("cluster: entry %d has unknown type %d", l.Index, l.Data[0])
@@ -114,11 +115,12 @@ func (f *FSM) State() (jobs []*record.Job, maxID uint64) {
 }
 
 // Leader is the latest leader's announcement: its node id and client
-// address.
-func (f *FSM) Leader() (id, client string) {
+// addresses, plaintext and TLS ("" for a listener it does not have).
+func (f *FSM) Leader() (id, client, tlsClient string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.leaderID, f.leaderClient
+	client, tlsClient, _ = strings.Cut(f.leaderClient, "\x00")
+	return f.leaderID, client, tlsClient
 }
 
 // Clients are the client addresses of the nodes that have led, by id.
@@ -256,7 +258,8 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.live, f.tubes = live, tubes
 	f.leaderID, f.leaderClient = id, addr
-	f.clients = map[string]string{id: addr}
+	plain, _, _ := strings.Cut(addr, "\x00")
+	f.clients = map[string]string{id: plain}
 	f.mu.Unlock()
 	return nil
 }

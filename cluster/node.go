@@ -235,19 +235,28 @@ func (n *Node) Leads() bool {
 	return t != nil && time.Since(*t) < n.cfg.HeartbeatTimeout*3/4
 }
 
-// Announce tells every node where this leader's clients connect: a
-// follower forwards its clients' connections there.
-func (n *Node) Announce(client string) error {
-	return n.Raft.Apply(append([]byte{entryLeader}, n.cfg.ID+"\x00"+client...), 10*time.Second).Error()
+// Announce tells every node where this leader's clients connect, in
+// plaintext and over TLS ("" for a listener it does not have): a follower
+// forwards its clients' connections there.
+func (n *Node) Announce(client, tlsClient string) error {
+	a := n.cfg.ID + "\x00" + client
+	if tlsClient != "" {
+		a += "\x00" + tlsClient
+	}
+	return n.Raft.Apply(append([]byte{entryLeader}, a...), 10*time.Second).Error()
 }
 
-// LeaderClient is the client address of the node that leads now, or ""
-// while there is none or it has not announced itself yet.
-func (n *Node) LeaderClient() string {
+// LeaderClient is the client address, plaintext or TLS, of the node that
+// leads now, or "" while there is none, it has not announced itself yet,
+// it is this node, or it has no such listener.
+func (n *Node) LeaderClient(tls bool) string {
 	_, leader := n.Raft.LeaderWithID()
-	id, client := n.FSM.Leader()
-	if leader == "" || string(leader) != id {
+	id, client, tlsClient := n.FSM.Leader()
+	if leader == "" || string(leader) != id || id == n.cfg.ID {
 		return ""
+	}
+	if tls {
+		return tlsClient
 	}
 	return client
 }

@@ -287,7 +287,7 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 	switch {
 	case cfg.HTTPPlain && cfg.HTTPAddr == "":
 		return fail("--http-plain goes with --http")
-	case cfg.ClusterDir != "" && cfg.TLSListen == "" && tlsFiles &&
+	case cfg.ClusterDir != "" && tlsFiles &&
 		(cfg.TLSCert == "" || cfg.TLSKey == "" || cfg.TLSClientCA == ""):
 		return fail("the links between cluster nodes take --tls-cert, --tls-key and --tls-client-ca together")
 	case cfg.TLSOnly && cfg.TLSListen == "":
@@ -298,8 +298,6 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 		return fail("--tls-listen needs --tls-cert and --tls-key")
 	case tlsFiles && (cfg.TLSCert == "" || cfg.TLSKey == ""):
 		return fail("HTTPS on --http needs --tls-cert and --tls-key")
-	case cfg.TLSListen != "" && cfg.ClusterDir != "":
-		return fail("--tls-listen does not go with --cluster-dir: a follower forwards its plaintext clients only")
 	}
 	return cfg, 0, false
 }

@@ -97,8 +97,8 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
 
 TLS, beside or instead of the plaintext listener (see docs/tls.md):
  --tls-listen HOST:PORT
-            also serve the protocol over TLS on HOST:PORT (not in cluster
-            mode)
+            also serve the protocol over TLS on HOST:PORT (in cluster
+            mode, with --tls-client-ca: the nodes' links take it too)
  --tls-only
             serve TLS only: no plaintext listener (-l and -p are unused)
  --tls-cert FILE
@@ -305,9 +305,14 @@ func TestParse(t *testing.T) {
 			want: with(func(c *Config) {
 				c.TLSCert, c.TLSKey, c.TLSClientCA, c.ClusterDir, c.NodeID, c.RaftAddr = "c", "k", "ca", "d", "a", "127.0.0.1:7000"
 			})},
-		{name: "tls without cluster", args: []string{"--tls-listen=:11301", "--tls-cert=c", "--tls-key=k",
+		{name: "tls clients of a cluster need the links' three files", args: []string{"--tls-listen=:11301", "--tls-cert=c", "--tls-key=k",
 			"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000"},
-			stderr: usageErr("--tls-listen does not go with --cluster-dir: a follower forwards its plaintext clients only"), code: 5, done: true},
+			stderr: usageErr("the links between cluster nodes take --tls-cert, --tls-key and --tls-client-ca together"), code: 5, done: true},
+		{name: "tls clients of a cluster", args: []string{"--tls-listen=:11301", "--tls-cert=c", "--tls-key=k", "--tls-client-ca=ca",
+			"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000"},
+			want: with(func(c *Config) {
+				c.TLSListen, c.TLSCert, c.TLSKey, c.TLSClientCA, c.ClusterDir, c.NodeID, c.RaftAddr = ":11301", "c", "k", "ca", "d", "a", "127.0.0.1:7000"
+			})},
 		{name: "pprof takes no value", args: []string{"--http-pprof=1"},
 			stderr: usageErr("flag takes no argument: --http-pprof"), code: 5, done: true},
 		{name: "http max conns", args: []string{"--http-max-conns=5"},

@@ -95,8 +95,8 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
 
 TLS, beside or instead of the plaintext listener (see docs/tls.md):
  --tls-listen HOST:PORT
-            also serve the protocol over TLS on HOST:PORT (not in cluster
-            mode)
+            also serve the protocol over TLS on HOST:PORT (in cluster
+            mode, with --tls-client-ca: the nodes' links take it too)
  --tls-only
             serve TLS only: no plaintext listener (-l and -p are unused)
  --tls-cert FILE

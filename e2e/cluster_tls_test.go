@@ -1,7 +1,12 @@
 package e2e
 
 import (
+	"bufio"
+	"crypto/tls"
+	"fmt"
+	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -92,4 +97,68 @@ func TestClusterNodeLinksTakeTheReloadedCAAtSIGHUP(t *testing.T) {
 		return st.Leader == lead.id && st.AppliedIndex >= leaderApplied
 	})
 	put(t, c, 0, 0, 60, "with n4", 2)
+}
+
+// TLS clients of a cluster: a follower's TLS listener passes the client's
+// bytes to the leader's TLS listener as they are, so the client's session
+// is with the leader, and a client whose certificate the group's CA signed
+// is served through any node, after the leader's death through the new
+// leader; a client without a certificate is refused through any node too.
+func TestClusterServesTLSClientsThroughAnyNode(t *testing.T) {
+	ca := newTestCA(t, "cluster CA")
+	certs := t.TempDir()
+	tc := newTestCluster(t, 3)
+	tlsAddr := map[*clusterNode]string{}
+	for _, nd := range tc.nodes {
+		port, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tlsAddr[nd] = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		tc.start(nd, append(plainHTTP(nodeTLSArgs(t, ca, certs, nd.id)), "--tls-listen", tlsAddr[nd])...)
+	}
+	_, _, worker := ca.issue(t, "worker", clientCert)
+	// putTLS puts body over TLS through addr, on fresh connections, until
+	// one is acknowledged, and returns the reply's id.
+	putTLS := func(addr, body string, certs ...tls.Certificate) (string, error) {
+		nc, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+			&tls.Config{RootCAs: ca.pool(), Certificates: certs})
+		if err != nil {
+			return "", err
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(15 * time.Second))
+		if _, err := fmt.Fprintf(nc, "put 0 0 60 %d\r\n%s\r\n", len(body), body); err != nil {
+			return "", err
+		}
+		line, err := bufio.NewReader(nc).ReadString('\n')
+		return line, err
+	}
+
+	lead := tc.leader()
+	f := tc.other(lead)
+	if got, err := putTLS(tlsAddr[f], "through a follower", worker); got != "INSERTED 1\r\n" {
+		t.Fatalf("put over TLS through %s, a follower: %q %v", f.id, got, err)
+	}
+	c := lead.srv.dial(t)
+	mustSend(t, c, "peek 1\r\n")
+	expect(t, c, "FOUND 1 18\r\nthrough a follower\r\n")
+	if got, err := putTLS(tlsAddr[f], "no certificate"); err == nil {
+		t.Fatalf("a client without a certificate was served through %s: %q", f.id, got)
+	}
+
+	if err := lead.srv.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	next := tc.leader(lead)
+	var through *clusterNode // the node alive beside the new leader
+	for _, nd := range tc.nodes {
+		if nd != lead && nd != next {
+			through = nd
+		}
+	}
+	waitFor(t, 30*time.Second, "a put over TLS through "+through.id+" to reach "+next.id, func() bool {
+		got, _ := putTLS(tlsAddr[through], "after the failover", worker)
+		return strings.HasPrefix(got, "INSERTED ") && got != "INSERTED 1\r\n"
+	})
 }
