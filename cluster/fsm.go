@@ -143,9 +143,10 @@ func (f *FSM) appliedIndex() uint64 {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := &snapshot{m: f.m, maxID: f.live.MaxID, jobs: make([]record.Job, 0, len(f.live.Jobs)), leader: f.leaderID + "\x00" + f.leaderClient}
+	s := &snapshot{m: f.m, maxID: f.live.MaxID, jobs: make([]snapJob, 0, len(f.live.Jobs)), leader: f.leaderID + "\x00" + f.leaderClient}
 	for _, j := range f.live.Jobs {
-		s.jobs = append(s.jobs, *j)
+		s.jobs = append(s.jobs, snapJob{j: j, pri: j.Pri, state: j.State, delay: j.Delay, deadline: j.Deadline,
+			buriedSeq: j.BuriedSeq, counters: j.Counters})
 	}
 	return s, nil
 }
@@ -162,8 +163,28 @@ const maxSnapRecord = 1<<30 + 1<<16
 type snapshot struct {
 	m      *metrics
 	maxID  uint64
-	jobs   []record.Job
+	jobs   []snapJob
 	leader string
+}
+
+// snapJob is a job as a snapshot holds it: the fields records change,
+// copied, and the Job itself for those it was born with (ID, Tube, TTR,
+// CreatedAt, Body), which record.Live never changes, so that Persist may
+// read them while later entries are applied. Half the size of a Job copy.
+type snapJob struct {
+	j         *record.Job
+	pri       uint32
+	state     record.State
+	delay     time.Duration
+	deadline  int64
+	buriedSeq uint64
+	counters  record.Counters
+}
+
+// job is the job as it stood when the snapshot was taken.
+func (sj *snapJob) job() record.Job {
+	return record.Job{ID: sj.j.ID, Tube: sj.j.Tube, Pri: sj.pri, State: sj.state, Delay: sj.delay, TTR: sj.j.TTR,
+		CreatedAt: sj.j.CreatedAt, Deadline: sj.deadline, BuriedSeq: sj.buriedSeq, Counters: sj.counters, Body: sj.j.Body}
 }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
@@ -177,8 +198,9 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 	_, err := w.Write(hdr)
 	var buf []byte
 	for i := 0; i < len(s.jobs) && err == nil; i++ {
-		buf = binary.LittleEndian.AppendUint32(buf[:0], uint32(record.FullSize(&s.jobs[i])))
-		buf = record.AppendFull(buf, &s.jobs[i])
+		j := s.jobs[i].job()
+		buf = binary.LittleEndian.AppendUint32(buf[:0], uint32(record.FullSize(&j)))
+		buf = record.AppendFull(buf, &j)
 		_, err = w.Write(buf)
 	}
 	if err == nil {

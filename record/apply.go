@@ -23,7 +23,10 @@ type Live struct {
 func NewLive() *Live { return &Live{Jobs: make(map[uint64]*Job)} }
 
 // Apply folds one decoded record into the set. A full record replaces the
-// job (it is either the put or a rewrite of the job as it then stood);
+// job with a new Job (it is either the put or a rewrite of the job as it
+// then stood), so that a Job's ID, Tube, TTR, CreatedAt and Body never
+// change once it exists and a holder of the pointer may read them while
+// later records are applied (a cluster snapshot does);
 // update records carry absolute values, so applying one twice gives the
 // same job. tube returns the name to keep for a full record's tube (an
 // interner shares one string per tube); body is kept as given, so a caller
@@ -37,16 +40,13 @@ func (l *Live) Apply(r *Record, tube func([]byte) string) *Job {
 	j := l.Jobs[r.ID]
 	switch r.Kind {
 	case KindFull:
-		if j == nil {
-			j = &Job{}
-			l.Jobs[r.ID] = j
-		}
-		*j = Job{
+		j = &Job{
 			ID: r.ID, Tube: tube(r.Tube), Pri: r.Pri, State: r.State,
 			Delay: time.Duration(r.Delay), TTR: time.Duration(r.TTR),
 			CreatedAt: r.Created, Deadline: r.Deadline, BuriedSeq: r.BuriedSeq,
 			Counters: r.Counters, Body: r.Body,
 		}
+		l.Jobs[r.ID] = j
 		return j
 	case KindDelete:
 		delete(l.Jobs, r.ID)
