@@ -182,7 +182,7 @@ func TestManPageCoversEveryOption(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range strings.Fields(string(usage)) {
-		f = strings.TrimRight(f, ",")
+		f = strings.TrimRight(f, ",;:.)")
 		if !strings.HasPrefix(f, "-") || f == "-" || strings.Contains(f, "=") {
 			continue
 		}
