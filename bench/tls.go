@@ -199,7 +199,6 @@ func ping(x *Ctrl) error {
 // gwindow is the measured window of a goroutine-driven run: wall time, this
 // process's CPU and the server's, like meter for the epoll loop.
 type gwindow struct {
-	srv    *Server
 	base   time.Time
 	on     atomic.Bool
 	m      meter
@@ -209,7 +208,7 @@ type gwindow struct {
 // runWindow opens the window after warmup and closes it dur later, in a
 // goroutine of its own; stop ends it early.
 func runWindow(srv *Server, warmup, dur time.Duration, stop <-chan struct{}) *gwindow {
-	w := &gwindow{srv: srv, base: time.Now(), stopAt: make(chan struct{})}
+	w := &gwindow{base: time.Now(), stopAt: make(chan struct{})}
 	go func() {
 		defer close(w.stopAt)
 		select {
