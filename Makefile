@@ -74,7 +74,7 @@ fuzz:
 # beanpole against C beanstalkd, side by side (see bench/README.md); the run
 # also writes docs/performance.md.
 bench:
-	@command -v beanstalkd >/dev/null || (apt-get update && apt-get install -y beanstalkd)
+	@command -v beanstalkd >/dev/null && command -v stunnel4 >/dev/null || (apt-get update && apt-get install -y beanstalkd stunnel4)
 	mkdir -p bin bench/results
 	$(GO) build -o bin/beanpole .
 	cd bench && $(GO) run . -beanpole $(CURDIR)/bin/beanpole -beanstalkd $$(command -v beanstalkd) -out results -doc ../docs/performance.md $(BENCHARGS)

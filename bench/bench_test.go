@@ -525,3 +525,40 @@ func TestDocPageHasTheRunsTableCommandAndChart(t *testing.T) {
 		t.Errorf("the page has a template marker or a machine's path left in it")
 	}
 }
+
+func TestTLSVariantsRunBeanpoleTLSAgainstStunnelAndItsOwnPlaintext(t *testing.T) {
+	o := Options{Size: 64, LargeConns: 10, TLSConns: 50, TLSHsConns: 8, TLSIdle: 2000}
+	vs, err := selectVariants(withPinnedCopies(buildVariants(&o), defaultPinned), "tls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cts := [2]Contender{{Name: "beanpole", Path: "/bp"}, {Name: "beanstalkd", Path: "/bs"}}
+	bpTLS := Contender{Name: "beanpole-tls", Path: "/bp", TLS: true}
+	stunnel := Contender{Name: "stunnel+C", Path: "/bs", TLS: true, Stunnel: true}
+	want := map[string][2]Contender{
+		"tls-c50":                  {bpTLS, stunnel},
+		"tls-c50-vs-plain":         {bpTLS, cts[0]},
+		"tls-large-64KiB-vs-plain": {bpTLS, cts[0]},
+		"tls-handshake":            {bpTLS, stunnel},
+		"tls-idle-2000":            {bpTLS, stunnel},
+	}
+	if len(vs) != len(want) {
+		t.Fatalf("%d tls variants, want %d (no pinned copies)", len(vs), len(want))
+	}
+	for _, v := range vs {
+		if got := v.contenders(cts); got != want[v.Name] {
+			t.Errorf("%s: contenders %+v, want %+v", v.Name, got, want[v.Name])
+		}
+	}
+	out := renderTargets([]*VarResult{
+		{V: &Variant{Name: "tls-c50-vs-plain"}, Res: [2]*CtResult{{Median: Metrics{"rate": 30e3}}, {Median: Metrics{"rate": 40e3}}}},
+		// beanpole's 24 KiB against stunnel's own 60, not stunnel+C's 61.
+		{V: &Variant{Name: "tls-idle-2000"}, Res: [2]*CtResult{{Median: Metrics{"rss_per_conn": 24}}, {Median: Metrics{"rss_per_conn": 61, "tunnel_rss_per_conn": 60}}}},
+	}, 500, false)
+	for _, re := range []string{`≥ 0\.8× beanpole plaintext +tls-c50-vs-plain +0\.75x  not met`, `≤ 32 KiB +tls-idle-2000 +24576 B  MET`,
+		`≤ stunnel's own +tls-idle-2000 +0\.40x  MET`, `≥ 2× C behind stunnel .*not measured`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("targets report lacks %q:\n%s", re, out)
+		}
+	}
+}

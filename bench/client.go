@@ -7,12 +7,17 @@ import (
 	"time"
 )
 
-// Ctrl is a plain blocking connection for set-up and checks (stats,
-// readiness). It never carries measured traffic.
+// Ctrl is a blocking connection. Over plaintext it does set-up and checks
+// (stats, readiness) and never carries measured traffic; the TLS scenarios'
+// clients (tls.go) are Ctrls over crypto/tls, on plaintext for their
+// comparison with it.
 type Ctrl struct {
-	c   net.Conn
-	buf []byte
+	c    net.Conn
+	buf  []byte
+	next int // bytes of buf that the last reply took
 }
+
+func newCtrl(c net.Conn) *Ctrl { return &Ctrl{c: c, buf: make([]byte, 0, 8192)} }
 
 // DialCtrl connects to 127.0.0.1:port.
 func DialCtrl(port int) (*Ctrl, error) {
@@ -20,7 +25,7 @@ func DialCtrl(port int) (*Ctrl, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Ctrl{c: c, buf: make([]byte, 0, 8192)}, nil
+	return newCtrl(c), nil
 }
 
 // Close closes the connection.
@@ -33,21 +38,34 @@ func (x *Ctrl) Close() {
 // Cmd sends one command line (CRLF appended) and returns its reply. Line,
 // Body and Name are copies.
 func (x *Ctrl) Cmd(line string) (Reply, error) {
+	r, err := x.Do([]byte(line + "\r\n"))
+	if err != nil {
+		return Reply{}, fmt.Errorf("%s: %w", line, err)
+	}
+	r.Line = append([]byte(nil), r.Line...)
+	r.Body = append([]byte(nil), r.Body...)
+	r.Name = append([]byte(nil), r.Name...)
+	return r, nil
+}
+
+// Do sends req (whole commands, CRLFs included) and returns the first
+// reply. Its Line, Body and Name point into x's buffer: they hold until the
+// next call.
+func (x *Ctrl) Do(req []byte) (Reply, error) {
+	x.buf = x.buf[:copy(x.buf, x.buf[x.next:])]
+	x.next = 0
 	_ = x.c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := x.c.Write([]byte(line + "\r\n")); err != nil {
+	if _, err := x.c.Write(req); err != nil {
 		return Reply{}, err
 	}
 	for {
 		var r Reply
 		n, need, err := ParseReply(x.buf, &r)
 		if err != nil {
-			return Reply{}, fmt.Errorf("%s: %w", line, err)
+			return Reply{}, err
 		}
 		if n > 0 {
-			r.Line = append([]byte(nil), r.Line...)
-			r.Body = append([]byte(nil), r.Body...)
-			r.Name = append([]byte(nil), r.Name...)
-			x.buf = x.buf[:copy(x.buf, x.buf[n:])]
+			x.next = n
 			return r, nil
 		}
 		if need > cap(x.buf) {
@@ -61,7 +79,7 @@ func (x *Ctrl) Cmd(line string) (Reply, error) {
 		}
 		m, err := x.c.Read(x.buf[len(x.buf):cap(x.buf)])
 		if err != nil {
-			return Reply{}, fmt.Errorf("%s: %w", line, err)
+			return Reply{}, err
 		}
 		x.buf = x.buf[:len(x.buf)+m]
 	}

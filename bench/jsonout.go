@@ -72,7 +72,8 @@ type jsonScenario struct {
 	Flags []string `json:"server_flags"`
 	// Contenders name who ran as "beanpole" and as "beanstalkd" in rows
 	// and results: cluster scenarios run a beanpole cluster against C or
-	// against beanpole on its own.
+	// against beanpole on its own, tls scenarios beanpole over TLS against
+	// C behind stunnel or against beanpole over plaintext.
 	Contenders [2]string                 `json:"contenders"`
 	Rows       []jsonRow                 `json:"rows"`
 	Results    map[string]*jsonContender `json:"results"`

@@ -52,7 +52,7 @@ func realMain() int {
 		outDir     = flag.String("out", "bench/results", "directory for results.json, results.txt and chart.png")
 		doc        = flag.String("doc", "", "also write a Markdown page of the run here (from performance.md.tmpl), for docs/performance.md")
 		reps       = flag.Int("reps", 3, "repetitions per scenario and contender (medians are reported)")
-		only       = flag.String("only", "", "comma list of scenarios to run: groups ("+strings.Join(groups, ",")+"), numbers 1-10 or variant names (see -list)")
+		only       = flag.String("only", "", "comma list of scenarios to run: groups ("+strings.Join(groups, ",")+"), numbers 1-11 or variant names (see -list)")
 		list       = flag.Bool("list", false, "list the scenario variants and exit")
 		pin        = flag.Bool("pin", false, "run every scenario pinned: the client on CPU 0, servers on CPU 1")
 		pinned     = flag.String("pinned", defaultPinned, "also run these scenarios pinned (as -only; empty: none), for the per-core targets")
@@ -80,6 +80,10 @@ func realMain() int {
 	flag.IntVar(&o.LargeConns, "large-conns", 10, "large: connections")
 	flag.IntVar(&o.BinConns, "binlog-conns", 50, "binlog: connections")
 	fsync := flag.String("fsync", "50,0", "binlog: -f values (ms)")
+	flag.IntVar(&o.TLSConns, "tls-conns", 50, "tls: round-trip connections")
+	flag.IntVar(&o.TLSHsConns, "tls-hs-conns", 8, "tls: clients connecting at a time in the handshake scenario")
+	flag.IntVar(&o.TLSIdle, "tls-idle", 2000, "tls: idle connections")
+	flag.StringVar(&stunnelPath, "stunnel", stunnelPath, "tls: stunnel binary put in front of beanstalkd (Debian package stunnel4)")
 	flag.IntVar(&o.MemJobs, "mem-jobs", 1_000_000, "memory: ready jobs to queue (0: skip the scenario)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run . -beanpole PATH [-beanstalkd PATH] [-out DIR] [flags]   (in bench/)\n\n")
@@ -314,9 +318,12 @@ func runOne(v *Variant, ct Contender, o *Options, pinned bool) (Metrics, error) 
 	}
 	var srv *Server
 	var err error
-	if ct.Cluster {
+	switch {
+	case ct.Cluster:
 		srv, err = StartCluster(ct, dir, serverCPU, o.NoFile)
-	} else {
+	case ct.TLS:
+		srv, err = StartTLS(ct, v.Flags(dir), serverCPU, o.NoFile)
+	default:
 		srv, err = StartServer(ct, v.Flags(dir), serverCPU, o.NoFile)
 	}
 	if err != nil {
@@ -367,7 +374,8 @@ func validate(o *Options, reps int) error {
 		return fmt.Errorf("-size must be >= %d (bodies carry a sequence number)", seqDigits)
 	case o.PipeWindow < 1 || o.ProdWindow < 1:
 		return errors.New("windows must be >= 1")
-	case o.Producers < 1 || o.Consumers < 1 || o.TubeProds < 1 || o.LargeConns < 1 || o.BinConns < 1:
+	case o.Producers < 1 || o.Consumers < 1 || o.TubeProds < 1 || o.LargeConns < 1 || o.BinConns < 1 ||
+		o.TLSConns < 1 || o.TLSHsConns < 1 || o.TLSIdle < 1:
 		return errors.New("connection counts must be >= 1")
 	case o.PubTubes < 1 || o.Backlog < 0:
 		return errors.New("-pubsub-tubes must be >= 1 and -backlog >= 0")

@@ -33,6 +33,9 @@ type Options struct {
 	BinConns   int
 	Fsync      []int
 	MemJobs    int // memory: jobs queued
+	TLSConns   int // tls: round-trip connections
+	TLSHsConns int // tls: connections handshaking at a time
+	TLSIdle    int // tls: idle connections
 	NoFile     uint64
 	PinAll     bool // -pin: every variant runs pinned
 }
@@ -72,7 +75,11 @@ type Variant struct {
 	// contenders. VsBeanpole: the second contender is beanpole on its
 	// own (with Flags) instead of beanstalkd.
 	Cluster, VsBeanpole bool
-	Run                 func(rc *RunCtx) (Metrics, error)
+	// TLS: the first contender is beanpole serving TLS and the client
+	// speaks TLS to it; the second is C beanstalkd behind stunnel or, with
+	// VsBeanpole, beanpole over plaintext (the same client without TLS).
+	TLS bool
+	Run func(rc *RunCtx) (Metrics, error)
 }
 
 // contenders are who runs v, given beanpole and beanstalkd.
@@ -82,6 +89,12 @@ func (v *Variant) contenders(cts [2]Contender) [2]Contender {
 	}
 	if v.Cluster {
 		cts[0].Name, cts[0].Cluster = "cluster", true
+	}
+	if v.TLS {
+		cts[0].Name, cts[0].TLS = "beanpole-tls", true
+		if !v.VsBeanpole {
+			cts[1].Name, cts[1].TLS, cts[1].Stunnel = "stunnel+C", true, true
+		}
 	}
 	return cts
 }
@@ -99,7 +112,7 @@ type RunCtx struct {
 	L   *Loop
 }
 
-var groups = []string{"roundtrip", "pipeline", "pubsub", "tubes", "idle", "fanout", "large", "binlog", "memory", "cluster"}
+var groups = []string{"roundtrip", "pipeline", "pubsub", "tubes", "idle", "fanout", "large", "binlog", "memory", "cluster", "tls"}
 
 // buildVariants expands the options into the full scenario list.
 func buildVariants(o *Options) []*Variant {
@@ -232,7 +245,51 @@ func buildVariants(o *Options) []*Variant {
 			})
 		}
 	}
+	vs = append(vs, tlsVariants(o)...)
 	return vs
+}
+
+// tlsVariants are the tls group: beanpole serving TLS against C behind
+// stunnel and against beanpole's own plaintext.
+func tlsVariants(o *Options) []*Variant {
+	noFlags := func(string) []string { return nil }
+	c, sz := o.TLSConns, 65536
+	z := func(string) []string { return []string{"-z", strconv.Itoa(sz)} }
+	return []*Variant{{
+		Name: fmt.Sprintf("tls-c%d", c), Group: "tls", Num: 11,
+		Desc:  fmt.Sprintf("TLS: put/reserve/delete round trips on %d connections, beanpole --tls-listen vs C behind stunnel", c),
+		Rows:  []RowDef{{Title: fmt.Sprintf("TLS rt c=%d vs stunnel+C", c), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command"}},
+		Flags: noFlags, MayNA: true, TLS: true,
+		Run: func(rc *RunCtx) (Metrics, error) { return runTLSRoundTrip(rc, c, o.Size) },
+	}, {
+		Name: fmt.Sprintf("tls-c%d-vs-plain", c), Group: "tls", Num: 11,
+		Desc:  fmt.Sprintf("put/reserve/delete round trips on %d connections, beanpole over TLS vs beanpole over plaintext", c),
+		Rows:  []RowDef{{Title: fmt.Sprintf("TLS rt c=%d vs beanpole plain", c), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command"}},
+		Flags: noFlags, TLS: true, VsBeanpole: true,
+		Run: func(rc *RunCtx) (Metrics, error) { return runTLSRoundTrip(rc, c, o.Size) },
+	}, {
+		Name: "tls-large-" + sizeName(sz) + "-vs-plain", Group: "tls", Num: 11,
+		Desc:  fmt.Sprintf("%s bodies (-z %d), round trips on %d connections, beanpole over TLS vs beanpole over plaintext; MB/s of job payload", sizeName(sz), sz, o.LargeConns),
+		Rows:  []RowDef{{Title: fmt.Sprintf("TLS %s c=%d vs beanpole plain", sizeName(sz), o.LargeConns), Metric: "mbps", Unit: "MB/s", Higher: true, Lat: true, LatWhat: "per command"}},
+		Flags: z, TLS: true, VsBeanpole: true,
+		Run: func(rc *RunCtx) (Metrics, error) { return runTLSRoundTrip(rc, o.LargeConns, sz) },
+	}, {
+		Name: "tls-handshake", Group: "tls", Num: 11,
+		Desc:  fmt.Sprintf("TLS: %d clients each connecting (full handshake), running one command and closing, over and over; beanpole vs C behind stunnel", o.TLSHsConns),
+		Rows:  []RowDef{{Title: fmt.Sprintf("TLS handshake+cmd c=%d vs stunnel+C", o.TLSHsConns), Metric: "rate", Unit: "conns/s", Higher: true, Lat: true, LatWhat: "connect to reply"}},
+		Flags: noFlags, MayNA: true, TLS: true,
+		Run: func(rc *RunCtx) (Metrics, error) { return runHandshakes(rc, o.TLSHsConns) },
+	}, {
+		Name: fmt.Sprintf("tls-idle-%d", o.TLSIdle), Group: "tls", Num: 11,
+		Desc: fmt.Sprintf("TLS: %d idle connections (each answered one command): RSS per connection of beanpole, of stunnel+C together and of stunnel alone", o.TLSIdle),
+		Rows: []RowDef{
+			{Title: fmt.Sprintf("TLS idle %d: RSS/conn vs stunnel+C", o.TLSIdle), Metric: "rss_per_conn", Unit: "KiB", NoCPU: true},
+			{Title: fmt.Sprintf("TLS idle %d: stunnel's own RSS/conn", o.TLSIdle), Metric: "tunnel_rss_per_conn", Unit: "KiB", NoCPU: true},
+			{Title: fmt.Sprintf("TLS idle %d: connect all", o.TLSIdle), Metric: "accept_ms", Unit: "ms", NoCPU: true},
+		},
+		Flags: noFlags, MayNA: true, TLS: true,
+		Run: func(rc *RunCtx) (Metrics, error) { return runTLSIdle(rc, o.TLSIdle) },
+	}}
 }
 
 // withPinnedCopies puts a pinned copy of each variant of vs that only
@@ -270,7 +327,7 @@ func matches(v *Variant, only string) bool {
 }
 
 // selectVariants keeps the variants named by only (comma list of group
-// names, scenario numbers 1-10 or variant names); empty keeps all.
+// names, scenario numbers 1-11 or variant names); empty keeps all.
 func selectVariants(vs []*Variant, only string) ([]*Variant, error) {
 	only = strings.TrimSpace(only)
 	if only == "" {

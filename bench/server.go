@@ -25,6 +25,9 @@ type Contender struct {
 	// Cluster: run the binary as a group of clusterNodes beanpole nodes
 	// (StartCluster) instead of one server.
 	Cluster bool
+	// TLS: serve TLS as well (StartTLS); Stunnel: by stunnel in front of
+	// the binary (C beanstalkd) rather than by the binary itself.
+	TLS, Stunnel bool
 }
 
 // Server is a running server process started by the benchmark.
@@ -34,6 +37,13 @@ type Server struct {
 	Pid    int
 	Args   []string
 	NoFile uint64 // soft RLIMIT_NOFILE of the running process
+	// TLSPort, when not 0, serves the protocol over TLS: beanpole's
+	// --tls-listen, or stunnel in front of beanstalkd (in group).
+	TLSPort int
+	// threadPerConn: the process runs a thread per connection (stunnel),
+	// whose CPU leaves the per-thread schedstat figures when the thread
+	// exits; CPU reads the whole process's ticks instead.
+	threadPerConn bool
 	// group are the other nodes of a cluster whose leader this is: they
 	// are stopped with it, and their CPU counts as its.
 	group  []*Server
@@ -121,12 +131,27 @@ func StartServer(ct Contender, extra []string, pinCPU int, nofile uint64) (*Serv
 		return nil, err
 	}
 	args := append([]string{"-l", "127.0.0.1", "-p", strconv.Itoa(port)}, extra...)
-	name, argv := ct.Path, args
-	if pinCPU >= 0 && tasksetPath != "" {
-		name = tasksetPath
-		argv = append([]string{"-c", strconv.Itoa(pinCPU), ct.Path}, args...)
+	s, err := spawn(ct.Name, ct.Path, args, pinCPU, nofile)
+	if err != nil {
+		return nil, err
 	}
-	cmd := exec.Command(name, argv...)
+	s.Port = port
+	if err := s.waitListen(port); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// spawn starts path with args as the process of a Server: in its own
+// process group, killed if this process dies, pinned to pinCPU (>= 0) and
+// with the open-file limit nofile.
+func spawn(name, path string, args []string, pinCPU int, nofile uint64) (*Server, error) {
+	prog, argv := path, args
+	if pinCPU >= 0 && tasksetPath != "" {
+		prog = tasksetPath
+		argv = append([]string{"-c", strconv.Itoa(pinCPU), path}, args...)
+	}
+	cmd := exec.Command(prog, argv...)
 	tb := &tailBuf{max: 8192}
 	cmd.Stdout = tb
 	cmd.Stderr = tb
@@ -135,15 +160,15 @@ func StartServer(ct Contender, extra []string, pinCPU int, nofile uint64) (*Serv
 	// and SIGKILL if we die. The main goroutine is locked to the main
 	// thread, which lives as long as the process, so Pdeathsig is reliable.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	s := &Server{Name: ct.Name, Port: port, Args: args, cmd: cmd, stderr: tb, done: make(chan struct{})}
+	s := &Server{Name: name, Args: args, cmd: cmd, stderr: tb, done: make(chan struct{})}
 	procMu.Lock()
-	err = cmd.Start()
+	err := cmd.Start()
 	if err == nil {
 		procs[s] = true
 	}
 	procMu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("%s: start %s: %w", ct.Name, ct.Path, err)
+		return nil, fmt.Errorf("%s: start %s: %w", name, path, err)
 	}
 	s.Pid = cmd.Process.Pid
 	go func() {
@@ -159,12 +184,19 @@ func StartServer(ct Contender, extra []string, pinCPU int, nofile uint64) (*Serv
 	if pinCPU >= 0 && tasksetPath == "" {
 		pinPid(s.Pid, pinCPU)
 	}
+	return s, nil
+}
+
+// waitListen waits until s accepts connections on 127.0.0.1:port; if it
+// exits or does not listen within 10 s, it is stopped and the error wraps
+// errNoStart.
+func (s *Server) waitListen(port int) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		select {
 		case <-s.done:
 			s.Stop()
-			return nil, fmt.Errorf("%w: %s %s exited (%v): %s", errNoStart, ct.Name, strings.Join(args, " "), s.waitErr, s.stderr.String())
+			return fmt.Errorf("%w: %s %s exited (%v): %s", errNoStart, s.Name, strings.Join(s.Args, " "), s.waitErr, s.stderr.String())
 		default:
 		}
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 200*time.Millisecond)
@@ -174,12 +206,12 @@ func StartServer(ct Contender, extra []string, pinCPU int, nofile uint64) (*Serv
 		}
 		if time.Now().After(deadline) {
 			s.Stop()
-			return nil, fmt.Errorf("%w: %s did not listen on 127.0.0.1:%d within 10s: %s", errNoStart, ct.Name, port, s.stderr.String())
+			return fmt.Errorf("%w: %s did not listen on 127.0.0.1:%d within 10s: %s", errNoStart, s.Name, port, s.stderr.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	s.NoFile = readNofile(s.Pid)
-	return s, nil
+	return nil
 }
 
 // clusterNodes is the size of the group StartCluster starts.
@@ -332,11 +364,26 @@ func (s *Server) RSS() (int64, error) {
 	return 0, errors.New("no VmRSS")
 }
 
+// RSSAll returns the resident set size in bytes of the server and its
+// group (for stunnel in front of beanstalkd: the two processes).
+func (s *Server) RSSAll() (int64, error) {
+	t, err := s.RSS()
+	for _, n := range s.group {
+		r, e := n.RSS()
+		t += r
+		err = errors.Join(err, e)
+	}
+	return t, err
+}
+
 // CPU returns the CPU seconds the server (with its group) has used.
 func (s *Server) CPU() float64 {
-	var t float64
-	for _, p := range s.pids() {
-		t += procCPU(p)
+	t := procCPU(s.Pid)
+	if s.threadPerConn {
+		t = procStatCPU(s.Pid)
+	}
+	for _, n := range s.group {
+		t += n.CPU()
 	}
 	return t
 }

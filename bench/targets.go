@@ -17,6 +17,9 @@ type target struct {
 	// is read from the plain row).
 	mode   string
 	metric string // key of the row's primary metric
+	// vsMetric, when set, is the second contender's figure compared
+	// with beanpole's metric (stunnel's own share of stunnel+C).
+	vsMetric string
 	// Exactly one of the bounds applies: the ratio beanpole ÷ beanstalkd
 	// at least minRatio or at most maxRatio, and beanpole's own figure at
 	// most maxValue (when not zero).
@@ -50,6 +53,11 @@ var targets = []target{
 	{what: "3-node cluster: round trips, 50 connections ≥ 2× C -b -f 0", variant: "cluster-c50", metric: "rate", minRatio: 2},
 	{what: "3-node cluster: round trips, 50 connections ≥ 0.5× beanpole -b -f 0", variant: "cluster-c50-vs-beanpole", metric: "rate", minRatio: 0.5},
 	{what: "3-node cluster: pipelined puts ≥ 0.5× beanpole -b -f 0", variant: "cluster-pipeline-c1-vs-beanpole", metric: "put.rate", minRatio: 0.5},
+	{what: "TLS: round trips, 50 connections ≥ 2× C behind stunnel", variant: "tls-c50", metric: "rate", minRatio: 2},
+	{what: "TLS: round trips, 50 connections ≥ 0.8× beanpole plaintext", variant: "tls-c50-vs-plain", metric: "rate", minRatio: 0.8},
+	{what: "TLS: 64 KiB bodies ≥ 0.7× beanpole plaintext", variant: "tls-large-64KiB-vs-plain", metric: "mbps", minRatio: 0.7},
+	{what: "TLS: RSS per idle connection at 2,000 ≤ 32 KiB", variant: "tls-idle-2000", metric: "rss_per_conn", maxValue: 32, unit: "KiB"},
+	{what: "TLS: RSS per idle connection at 2,000 ≤ stunnel's own", variant: "tls-idle-2000", metric: "rss_per_conn", vsMetric: "tunnel_rss_per_conn", maxRatio: 1},
 }
 
 // renderTargets checks every target whose row the run has; the others are
@@ -77,7 +85,11 @@ func renderTargets(results []*VarResult, maxIdle int, pinAll bool) string {
 			continue
 		}
 		_, a := cell(vr.Res[0], t.metric)
-		_, b := cell(vr.Res[1], t.metric)
+		bm := t.metric
+		if t.vsMetric != "" {
+			bm = t.vsMetric
+		}
+		_, b := cell(vr.Res[1], bm)
 		r := ratio(a, b)
 		if t.inverse {
 			r = ratio(b, a)

@@ -34,5 +34,6 @@
 // detection); catalogue_*_test.go (upstream testserv.c's cttest_* cases, each
 // test naming the one it follows, and further cases, by theme); limits_test.go (-z); server_test.go (drain
 // mode, unix sockets, flags); timers_test.go; pipeline_test.go;
-// multiconn_test.go; client_test.go (go-beanstalk); differential_test.go.
+// multiconn_test.go; client_test.go (go-beanstalk); tls_clients_test.go (the
+// client examples of docs/tls.md); differential_test.go.
 package e2e
