@@ -23,8 +23,8 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// The dashboard: an overview at / that refreshes itself from
-// /api/overview, a page per tube at /tube?name=TUBE, a job's body at
+// The dashboard: an overview at / that draws the last hour from
+// /api/history (history.go) and refreshes itself from /api/overview, a page per tube at /tube?name=TUBE, a job's body at
 // /api/jobs/{id}, and the actions, each a POST:
 //
 //	/tube/kick?name=TUBE   n        kick n buried (else delayed) jobs
@@ -117,6 +117,7 @@ func (d *dashboard) routes(mux *http.ServeMux) {
 	mux.Handle("GET /static/", http.FileServerFS(staticFS))
 	mux.HandleFunc("GET /{$}", d.ready(d.overview))
 	mux.HandleFunc("GET /api/overview", d.ready(d.overviewJSON))
+	mux.HandleFunc("GET /api/history", d.ready(d.history))
 	mux.HandleFunc("GET /api/jobs/{id}", d.ready(d.jobBody))
 	mux.HandleFunc("GET /tube", d.ready(d.tube))
 	mux.HandleFunc("POST /tube/{action}", d.ready(d.action(d.tubeAction)))
