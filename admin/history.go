@@ -48,7 +48,7 @@ func sampleOf(now time.Time, st *codec.ServerStats) sample {
 		Ready: st.CurrentJobsReady, Reserved: st.CurrentJobsReserved,
 		Delayed: st.CurrentJobsDelayed, Buried: st.CurrentJobsBuried,
 		Connections: st.CurrentConnections, Waiting: st.CurrentWaiting,
-		Puts: st.Cmd[codec.OpPut], Reserves: st.Cmd[codec.OpReserve] + st.Cmd[codec.OpReserveWithTimeout] + st.Cmd[codec.OpReserveJob],
+		Puts: st.Cmd[codec.OpPut], Reserves: st.Cmd[codec.OpReserve] + st.Cmd[codec.OpReserveWithTimeout],
 		Deletes: st.Cmd[codec.OpDelete], Timeouts: st.JobTimeouts}
 }
 
@@ -88,8 +88,8 @@ func (r *ring) appendTo(dst []sample) []sample {
 func sampleEvery(r *ring, period time.Duration, src Source, stop <-chan struct{}) {
 	tk := time.NewTicker(period)
 	defer tk.Stop()
-	var st codec.ServerStats
 	for {
+		var st codec.ServerStats // fresh: ServerStats adds the loops' counts into it
 		src.ServerStats(&st)
 		r.add(sampleOf(time.Now(), &st))
 		select {
@@ -112,7 +112,7 @@ type historyJSON struct {
 	Connections []uint64 `json:"connections"`
 	Waiting     []uint64 `json:"waiting"`
 	Puts        []uint64 `json:"cmd_put"`
-	Reserves    []uint64 `json:"reserves"` // reserve, reserve-with-timeout and reserve-job
+	Reserves    []uint64 `json:"reserves"` // cmd-reserve + cmd-reserve-with-timeout
 	Deletes     []uint64 `json:"cmd_delete"`
 	Timeouts    []uint64 `json:"job_timeouts"`
 }

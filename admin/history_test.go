@@ -1,8 +1,12 @@
 package admin
 
 import (
+	"runtime"
 	"testing"
+	"time"
 	"unsafe"
+
+	"github.com/beanpole/beanpole/codec"
 )
 
 func times(ss []sample) []int64 {
@@ -76,5 +80,36 @@ func TestHistoryRingIsBounded(t *testing.T) {
 	}
 	if got := len(r.appendTo(nil)); got != historyLen {
 		t.Fatalf("a full ring answers %d samples, want %d", got, historyLen)
+	}
+}
+
+// addingSource is a Source whose ServerStats adds into what it is given,
+// as the event loops' command counts do.
+type addingSource struct {
+	Source
+	puts uint64
+}
+
+func (s *addingSource) ServerStats(st *codec.ServerStats) {
+	s.puts += 10
+	st.Cmd[codec.OpPut] += s.puts
+}
+
+// Each sample holds the counts at its moment, not a sum of all the reads
+// before it.
+func TestHistorySamplesAreNotSumsOfEarlierReads(t *testing.T) {
+	r := newRing(8)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { sampleEvery(r, time.Millisecond, &addingSource{}, stop); close(done) }()
+	for len(r.appendTo(nil)) < 3 {
+		runtime.Gosched()
+	}
+	close(stop)
+	<-done
+	for i, s := range r.appendTo(nil)[:3] {
+		if want := uint64(10 * (i + 1)); s.Puts != want {
+			t.Fatalf("sample %d: %d puts, want %d", i, s.Puts, want)
+		}
 	}
 }
