@@ -11,16 +11,16 @@ import (
 
 // History: the overview's charts plot the last hour, even on a page opened
 // a moment ago, because the server keeps that hour itself. Every
-// historyPeriod a sampler reads the figures `stats` reads (the engine's
-// sharded counters and the event loops' command counts: no tube is
-// scanned, no lock of the command path is taken) into a ring of
-// historyLen samples, and /api/history answers the ring, oldest first.
+// historyPeriod a sampler reads the figures a `stats` command reads (the
+// engine's sharded counters and the event loops' command counts: no tube
+// is scanned, no lock is held longer than a `stats` holds it) into a ring
+// of historyLen samples, and /api/history answers the ring, oldest first.
 //
 // Memory is fixed: a sample is 11 eight-byte fields, 88 bytes, so the ring
 // is 720 × 88 = 63,360 bytes, allocated once when the server starts. An
 // answer to /api/history copies it into one array per figure (another
-// 63,360 bytes) and encodes that (at most about 110 kB of JSON), both
-// garbage once written.
+// 63,360 bytes) and encodes that (at most 162 kB of JSON, with every
+// figure 20 digits long), both garbage once written.
 
 const (
 	historyPeriod = 5 * time.Second
