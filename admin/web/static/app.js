@@ -74,8 +74,11 @@ function render(o) {
     const v = o.server[el.dataset.stat];
     el.textContent = el.dataset.fmt === "dur" ? fmtDur(v) : v;
   }
-  document.getElementById("put-rate").textContent = fmtRate(rate(o, prev, s => s.server["cmd-put"]));
-  document.getElementById("delete-rate").textContent = fmtRate(rate(o, prev, s => s.server["cmd-delete"]));
+  // The cards' rates: over the last two samples, the history's last one
+  // and this refresh on a page just opened.
+  const [older, newer] = samples.length < 2 ? [null, null] : samples.slice(-2).map(x => ({ time_ms: x.t, x }));
+  document.getElementById("put-rate").textContent = fmtRate(newer && rate(newer, older, s => s.x.puts));
+  document.getElementById("delete-rate").textContent = fmtRate(newer && rate(newer, older, s => s.x.deletes));
   const before = new Map(prev ? prev.tubes.map(t => [t.name, t]) : []);
   const body = document.querySelector("#tubes tbody");
   body.replaceChildren(...o.tubes.map(t => {
