@@ -23,8 +23,8 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// The dashboard: an overview at / that refreshes itself from
-// /api/overview, a page per tube at /tube?name=TUBE, a job's body at
+// The dashboard: an overview at / that draws the last hour from
+// /api/history (history.go) and refreshes itself from /api/overview, a page per tube at /tube?name=TUBE, a job's body at
 // /api/jobs/{id}, and the actions, each a POST:
 //
 //	/tube/kick?name=TUBE   n        kick n buried (else delayed) jobs
@@ -117,6 +117,7 @@ func (d *dashboard) routes(mux *http.ServeMux) {
 	mux.Handle("GET /static/", http.FileServerFS(staticFS))
 	mux.HandleFunc("GET /{$}", d.ready(d.overview))
 	mux.HandleFunc("GET /api/overview", d.ready(d.overviewJSON))
+	mux.HandleFunc("GET /api/history", d.ready(d.history))
 	mux.HandleFunc("GET /api/jobs/{id}", d.ready(d.jobBody))
 	mux.HandleFunc("GET /tube", d.ready(d.tube))
 	mux.HandleFunc("POST /tube/{action}", d.ready(d.action(d.tubeAction)))
@@ -256,6 +257,10 @@ type tubePage struct {
 	Msg      string
 	ReadOnly bool
 	Bodies   bool // shown on the page; otherwise they need the token
+	// Timeouts counts the tube's jobs whose TTR ran out; Wait and Run are
+	// the percentiles of the latency histograms /metrics exports.
+	Timeouts  uint64
+	Wait, Run latencyText
 }
 
 // jobRow is a job as a page lists it: its body (Head) is empty unless
@@ -287,7 +292,11 @@ func (d *dashboard) tube(w http.ResponseWriter, r *http.Request, src *sources) {
 		d.fail(w, http.StatusNotFound, fmt.Sprintf("no tube %q", name))
 		return
 	}
-	p := tubePage{Tube: rowOf(name, &ts), State: "buried", Page: 1, Msg: q.Get("msg"), ReadOnly: d.token == nil, Bodies: d.bodies}
+	p := tubePage{Tube: rowOf(name, &ts), State: firstState(&ts), Page: 1, Msg: q.Get("msg"), ReadOnly: d.token == nil, Bodies: d.bodies}
+	p.Timeouts = src.eng.Timeouts([]byte(name))
+	if wait, run, ok := src.eng.Latency([]byte(name)); ok {
+		p.Wait, p.Run = latencyOf(&wait), latencyOf(&run)
+	}
 	if s := q.Get("state"); s != "" {
 		if _, ok := browseStates[s]; !ok {
 			d.fail(w, http.StatusBadRequest, fmt.Sprintf("state %q: want ready, delayed or buried", s))
@@ -324,6 +333,74 @@ func (d *dashboard) tube(w http.ResponseWriter, r *http.Request, src *sources) {
 	p.Total = total
 	p.Pages = max(1, min((p.Total+pageSize-1)/pageSize, maxPage))
 	d.render(w, http.StatusOK, "tube.html", p)
+}
+
+// firstState is the list a tube's page opens on: the first of ready,
+// delayed and buried that has jobs, ready if none has.
+func firstState(ts *codec.TubeStats) string {
+	switch {
+	case ts.CurrentJobsReady == 0 && ts.CurrentJobsDelayed > 0:
+		return "delayed"
+	case ts.CurrentJobsReady == 0 && ts.CurrentJobsBuried > 0:
+		return "buried"
+	}
+	return "ready"
+}
+
+// latencyText is a latency histogram's median and 99th percentile as the
+// tube page shows them; N is how many observations it has (0: none, and
+// the percentiles are empty).
+type latencyText struct {
+	N        uint64
+	P50, P99 string
+}
+
+func latencyOf(h *engine.Histogram) latencyText {
+	var n uint64
+	for _, c := range h.Counts {
+		n += c
+	}
+	if n == 0 {
+		return latencyText{}
+	}
+	return latencyText{N: n, P50: quantileText(h, n, 0.5), P99: quantileText(h, n, 0.99)}
+}
+
+// quantileText estimates the q-quantile of h's n observations as
+// Prometheus's histogram_quantile does: linearly within the bucket that
+// holds it. Above the last bound it can only say "> 1h".
+func quantileText(h *engine.Histogram, n uint64, q float64) string {
+	rank := q * float64(n)
+	var below uint64
+	for i, c := range h.Counts {
+		if c == 0 || float64(below+c) < rank {
+			below += c
+			continue
+		}
+		if i == len(engine.LatencyBounds) {
+			return "> " + fmtLatency(engine.LatencyBounds[i-1])
+		}
+		lo := time.Duration(0)
+		if i > 0 {
+			lo = engine.LatencyBounds[i-1]
+		}
+		hi := engine.LatencyBounds[i]
+		return fmtLatency(lo + time.Duration(float64(hi-lo)*(rank-float64(below))/float64(c)))
+	}
+	return ""
+}
+
+// fmtLatency: "0.4ms", "37ms", "2.5s", "3m10s".
+func fmtLatency(d time.Duration) string {
+	switch {
+	case d < 10*time.Millisecond:
+		return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64) + "ms"
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	}
+	return fmtDur(d.Seconds())
 }
 
 // jobBody answers a job's body, at most bodyPeek bytes of it, as JSON:

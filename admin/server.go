@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -87,6 +88,11 @@ type Server struct {
 	cluster atomic.Pointer[Cluster]
 	reg     *prometheus.Registry
 	coll    *collector
+	// hist is the overview's last hour (history.go), sampled from
+	// SetSource until Close or Shutdown closes stop.
+	hist     *ring
+	stop     chan struct{}
+	stopOnce sync.Once
 }
 
 // Listen binds opts.Addr; Serve then serves it. The state starts as
@@ -101,7 +107,7 @@ func Listen(opts Options) (*Server, error) {
 		maxConns = math.MaxInt64
 	}
 	s := &Server{ln: &limitListener{Listener: ln, max: maxConns, reserve: opts.ReserveFDs / 2, log: opts.Log},
-		tls: opts.TLS, log: opts.Log}
+		tls: opts.TLS, log: opts.Log, hist: newRing(historyLen), stop: make(chan struct{})}
 	s.reg = prometheus.NewRegistry()
 	c := &collector{src: &s.src, maxTubes: opts.MaxTubes, http: s.ln, totalNames: opts.TotalNames}
 	s.coll = c
@@ -209,6 +215,7 @@ func (s *Server) Serve() {
 // on a nil *Server (no --http).
 func (s *Server) Close() {
 	if s != nil {
+		s.stopSampling()
 		_ = s.http.Close()
 	}
 }
@@ -218,17 +225,22 @@ func (s *Server) Close() {
 // them).
 func (s *Server) Shutdown(ctx context.Context) {
 	if s != nil {
+		s.stopSampling()
 		_ = s.http.Shutdown(ctx)
 	}
 }
 
 // SetSource gives /metrics and the dashboard what they read, and the
-// dashboard the engine its actions change; call it once the server serves.
+// dashboard the engine its actions change, and starts sampling the
+// overview's history; call it once, when the server serves.
 func (s *Server) SetSource(src Source, eng *engine.Engine) {
 	if s != nil {
 		s.src.Store(&sources{stats: src, eng: eng, op: eng.NewOperator()})
+		go sampleEvery(s.hist, historyPeriod, src, s.stop)
 	}
 }
+
+func (s *Server) stopSampling() { s.stopOnce.Do(func() { close(s.stop) }) }
 
 // SetState sets what /readyz reports.
 func (s *Server) SetState(st State) {

@@ -6,10 +6,14 @@ package e2e
 // the numbers `stats` and `stats-tube` give, opens a tube's page, performs
 // each action through the page's own buttons (the token typed once, kept by
 // the page, confirmations accepted) and checks each effect on the wire.
-// BEANPOLE_SCREENSHOTS=DIR saves the pages as PNGs (docs/ holds them).
+// Another test puts a minute of load through a server and checks that a
+// page opened afterwards draws that minute at once, from the server's
+// history. BEANPOLE_SCREENSHOTS=DIR saves the pages as PNGs (docs/ holds
+// them).
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -42,7 +46,7 @@ func chromium(t *testing.T) string {
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium(t)), chromedp.NoSandbox, chromedp.WindowSize(1280, 900),
+		chromedp.ExecPath(chromium(t)), chromedp.NoSandbox, chromedp.WindowSize(1400, 900),
 		chromedp.Flag("disable-dev-shm-usage", true))
 	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancel)
@@ -135,7 +139,6 @@ func TestDashboardInABrowser(t *testing.T) {
 	if rows[0][0] != "mail" {
 		t.Errorf("the tube with most jobs is not first: %q", rows[0])
 	}
-	screenshot(t, ctx, "dashboard.png")
 
 	// The tube page: peeks and the buried list.
 	err = chromedp.Do(ctx,
@@ -220,4 +223,93 @@ func TestDashboardInABrowser(t *testing.T) {
 	if got := counts(t, c, "q"); got != "0/0/0/1" {
 		t.Errorf("q after the browser's flush: %s, want 0/0/0/1", got)
 	}
+}
+
+// historyLen is how many samples /api/history holds.
+func historyLen(t *testing.T, base string) int {
+	t.Helper()
+	code, body := httpGet(t, base+"/api/history")
+	var h struct {
+		Time []int64 `json:"time_ms"`
+	}
+	if code != 200 || json.Unmarshal([]byte(body), &h) != nil {
+		t.Fatalf("/api/history: %d %s", code, body)
+	}
+	return len(h.Time)
+}
+
+// A page opened after a minute of load draws that minute at its first
+// paint: the charts come from the server's history (one sample per 5 s),
+// not from the page's own refreshes (one per 2 s, from when it opened).
+// And at 1,400 pixels every card of the overview sits on its first row.
+func TestDashboardDrawsTheServersHistoryAtFirstPaint(t *testing.T) {
+	s, base := startDashboard(t)
+	chromium(t)
+	c := s.dial(t)
+	mustSend(t, c, "use work\r\nwatch work\r\nignore default\r\n")
+	expect(t, c, "USING work\r\nWATCHING 2\r\nWATCHING 1\r\n")
+	// Batches of load until the history holds 12 samples (55 s at least):
+	// each puts 30 jobs and a delayed one, reserves 20, deletes 18 and
+	// buries 2, so ready, delayed and buried grow and the rates are not 0.
+	// The pause between batches paces the load; it synchronises nothing.
+	const want = 12
+	id := uint64(0)
+	start := time.Now()
+	for n := 0; n < want; n = historyLen(t, base) {
+		if time.Since(start) > 3*time.Minute {
+			t.Fatalf("the history holds %d samples after %v, want %d", n, time.Since(start), want)
+		}
+		for range 30 {
+			id++
+			put(t, c, 100, 0, 60, "job", id)
+		}
+		id++
+		put(t, c, 100, 3600, 60, "later", id)
+		for i := range 20 {
+			mustSend(t, c, "reserve-with-timeout 0\r\n")
+			var rid, size int
+			if _, err := fmt.Sscanf(readLine(t, c), "RESERVED %d %d", &rid, &size); err != nil {
+				t.Fatalf("reserve: %v", err)
+			}
+			expectLine(t, c, "job")
+			if i < 2 {
+				mustSend(t, c, fmt.Sprintf("bury %d 0\r\n", rid))
+				expect(t, c, "BURIED\r\n")
+				continue
+			}
+			mustSend(t, c, fmt.Sprintf("delete %d\r\n", rid))
+			expect(t, c, "DELETED\r\n")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	had := historyLen(t, base)
+
+	ctx := browser(t)
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/"),
+		chromedp.Poll[chromedp.Void](`document.getElementById("chart-ready").dataset.samples !== undefined`,
+			chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(10*time.Millisecond)),
+	)
+	if err != nil {
+		t.Fatalf("overview: %v", err)
+	}
+	drawn := eval[map[string]int](t, ctx, `Object.fromEntries([...document.querySelectorAll("canvas")].map(c => [c.id, +c.dataset.samples]))`)
+	// Each level chart has every sample of the history and the page's
+	// first refresh; the rate chart one point per pair of them.
+	for _, id := range []string{"chart-ready", "chart-depth", "chart-conns"} {
+		if drawn[id] < had+1 {
+			t.Errorf("%s draws %d points at first paint, want the %d of the history and 1 of the page", id, drawn[id], had)
+		}
+	}
+	if drawn["chart-rate"] < had {
+		t.Errorf("chart-rate draws %d points at first paint, want %d", drawn["chart-rate"], had)
+	}
+	rows := eval[[]string](t, ctx, `[...new Set([...document.querySelectorAll("#server .card")].map(c => c.querySelector("h3").textContent + "@" + c.offsetTop))]`)
+	for _, r := range rows {
+		if !strings.HasSuffix(r, "@"+strings.Split(rows[0], "@")[1]) {
+			t.Errorf("at 1,400 px the cards are on more than one row: %q", rows)
+			break
+		}
+	}
+	screenshot(t, ctx, "dashboard.png")
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const dashToken = "tok-3f9a"
@@ -250,5 +251,71 @@ func TestDashboardActionsSurviveARestart(t *testing.T) {
 	for _, id := range []string{"1", "2", "4", "5"} {
 		mustSend(t, c2, "peek "+id+"\r\n")
 		expect(t, c2, "NOT_FOUND\r\n")
+	}
+}
+
+// A tube's page shows how many of its jobs ran out of TTR and the
+// percentiles of its ready→reserve and reserve→delete latencies, the
+// histograms /metrics exports.
+func TestDashboardTubePageShowsTimeoutsAndLatencies(t *testing.T) {
+	s, base := startDashboard(t)
+	c := s.dial(t)
+	mustSend(t, c, "use slow\r\nwatch slow\r\nignore default\r\n")
+	expect(t, c, "USING slow\r\nWATCHING 2\r\nWATCHING 1\r\n")
+	put(t, c, 0, 0, 1, "x", 1)
+	mustSend(t, c, "reserve\r\n")
+	expect(t, c, "RESERVED 1 1\r\nx\r\n")
+	waitFor(t, 10*time.Second, "job 1's TTR to run out", func() bool { return statsJob(t, c, 1)["timeouts"] == "1" })
+	mustSend(t, c, "reserve\r\n")
+	expect(t, c, "RESERVED 1 1\r\nx\r\n")
+	mustSend(t, c, "delete 1\r\n")
+	expect(t, c, "DELETED\r\n")
+	code, page := httpGet(t, base+"/tube?name=slow")
+	if code != http.StatusOK {
+		t.Fatalf("tube page: %d", code)
+	}
+	for _, want := range []string{`<b id="timeouts">1</b>`, `id="lat-wait" title="2 reserved"`, `id="lat-run" title="1 deleted"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the tube page lacks %q", want)
+		}
+	}
+	// The run took about the time between the second reserve and the
+	// delete: under 5 s on any machine, so never "–" nor "> 1h".
+	_, run, _ := strings.Cut(page, `id="lat-run"`)
+	_, run, _ = strings.Cut(run, "<b>")
+	if p50, _, ok := strings.Cut(run, "</b>"); !ok || p50 == "–" || strings.HasPrefix(p50, "&gt;") {
+		t.Errorf("reserve → delete p50: %q", p50)
+	}
+	// A tube that has had no reserve shows no percentiles.
+	mustSend(t, c, "use idle\r\n")
+	expect(t, c, "USING idle\r\n")
+	put(t, c, 0, 0, 60, "y", 2)
+	if _, page := httpGet(t, base+"/tube?name=idle"); !strings.Contains(page, `<b id="timeouts">0</b>`) || !strings.Contains(page, `<b>–</b><small>p50</small>`) {
+		t.Errorf("the idle tube's page shows figures it has not got")
+	}
+}
+
+// A tube's page opens on a list with jobs: ready, else delayed, else
+// buried.
+func TestDashboardTubePageOpensOnAListWithJobs(t *testing.T) {
+	s, base := startDashboard(t)
+	c := s.dial(t)
+	mustSend(t, c, "use t\r\n")
+	expect(t, c, "USING t\r\n")
+	put(t, c, 0, 3600, 60, "later", 1)
+	if _, page := httpGet(t, base+"/tube?name=t"); !strings.Contains(page, `class="on">delayed</a>`) || !strings.Contains(page, `<tr data-id="1">`) {
+		t.Errorf("a tube with only a delayed job opens on another list")
+	}
+	mustSend(t, c, "watch t\r\nput 0 0 60 1\r\nx\r\nreserve\r\n")
+	expect(t, c, "WATCHING 2\r\nINSERTED 2\r\nRESERVED 2 1\r\nx\r\n")
+	mustSend(t, c, "bury 2 0\r\nkick-job 1\r\n")
+	expect(t, c, "BURIED\r\nKICKED\r\n")
+	if _, page := httpGet(t, base+"/tube?name=t"); !strings.Contains(page, `class="on">ready</a>`) {
+		t.Errorf("a tube with a ready job opens on another list")
+	}
+	mustSend(t, c, "delete 1\r\n")
+	expect(t, c, "DELETED\r\n")
+	if _, page := httpGet(t, base+"/tube?name=t"); !strings.Contains(page, `class="on">buried</a>`) || !strings.Contains(page, `<tr data-id="2">`) {
+		t.Errorf("a tube with only a buried job opens on another list")
 	}
 }

@@ -2,12 +2,15 @@ package engine
 
 import "time"
 
-// Latency histograms, per tube, beyond what upstream counts:
+// Latency histograms and TTR timeouts, per tube, beyond what upstream
+// counts:
 //
 //   - wait: from a job becoming ready (its put, or a kick, a release, its
 //     delay or TTR running out) to the reserve that takes it;
 //   - run: from a reserve (or the last touch) to the delete by the worker
-//     holding the job.
+//     holding the job;
+//   - timeouts: reserved jobs whose TTR ran out (upstream counts them
+//     server-wide only, as job-timeouts).
 //
 // They are updated under the tube's lock, which the reserve and the delete
 // hold anyway: no atomics, no shared cache line. While a job is ready its
@@ -47,7 +50,10 @@ func (h *Histogram) Add(o Histogram) {
 	h.Sum += o.Sum
 }
 
-type latency struct{ wait, run Histogram }
+type latency struct {
+	wait, run Histogram
+	timeouts  uint64
+}
 
 // observeWait records how long j, ready until now, waited. Caller holds
 // t.mu, j is still ready.
@@ -67,6 +73,14 @@ func (t *Tube) observeRun(j *Job, now int64) {
 	t.lat.run.observe(max(now-(j.deadline-j.ttrNs()), 0))
 }
 
+// observeTimeout counts a reserved job whose TTR ran out. Caller holds t.mu.
+func (t *Tube) observeTimeout() {
+	if t.lat == nil {
+		t.lat = &latency{}
+	}
+	t.lat.timeouts++
+}
+
 // Latency reads the named tube's histograms; ok is false when the tube
 // does not exist or has not had a job reserved yet.
 func (e *Engine) Latency(tube []byte) (wait, run Histogram, ok bool) {
@@ -80,4 +94,19 @@ func (e *Engine) Latency(tube []byte) (wait, run Histogram, ok bool) {
 	}
 	t.mu.Unlock()
 	return wait, run, ok
+}
+
+// Timeouts is how many of the named tube's reserved jobs had their TTR run
+// out (0 when the tube does not exist or has not had a job reserved).
+func (e *Engine) Timeouts(tube []byte) uint64 {
+	t := e.reg.lookup(tube)
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.lat == nil {
+		return 0
+	}
+	return t.lat.timeouts
 }

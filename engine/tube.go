@@ -166,6 +166,7 @@ func (t *Tube) fire() {
 		j.owner = nil
 		j.timeouts++
 		t.e.ctr.add(shard, cJobTimeouts, 1)
+		t.observeTimeout()
 		t.insertReady(j, now, shard)
 		n++
 	}

@@ -1,12 +1,18 @@
-// beanpole's dashboard: refreshes the overview from /api/overview and
-// draws its charts; on every page, adds the operator's token to action
+// beanpole's dashboard: draws the overview's charts from the server's last
+// hour (/api/history), then refreshes the overview from /api/overview and
+// adds each refresh to the charts; on every page, adds the operator's token to action
 // forms (kept in this tab's sessionStorage, never in a cookie); on a tube
 // page whose bodies need the token, fetches them with it.
 "use strict";
 
-const HISTORY = 150; // samples: 5 minutes at one every 2 s
+const SPAN = 3600 * 1000; // the charts show the last hour
 const PERIOD = 2000;
+// samples: the server's history (/api/history) then this page's own
+// refreshes, oldest first, each {t, ready, reserved, delayed, buried,
+// connections, waiting, puts, reserves, deletes}; the counters are
+// cumulative.
 const samples = [];
+let last = null; // the latest /api/overview answer
 
 // fmtDur is the server's fmtDur: "42s", "2m50s", "1h5m".
 function fmtDur(s) {
@@ -25,18 +31,54 @@ function rate(now, prev, get) {
 
 function fmtRate(r) { return r === null ? "–" : r < 10 ? r.toFixed(1) : Math.round(r).toString(); }
 
+// fmtNum: 950, 21k, 1.5M.
+function fmtNum(v) {
+  if (v >= 1e6) return +(v / 1e6).toFixed(1) + "M";
+  if (v >= 1e3) return +(v / 1e3).toFixed(1) + "k";
+  return +v.toFixed(1) + "";
+}
+
 function cell(text) { const td = document.createElement("td"); td.textContent = text; return td; }
 
+function sampleOf(o) {
+  const s = o.server;
+  return { t: o.time_ms, ready: s["current-jobs-ready"], reserved: s["current-jobs-reserved"],
+    delayed: s["current-jobs-delayed"], buried: s["current-jobs-buried"], connections: s["current-connections"],
+    waiting: s["current-waiting"], puts: s["cmd-put"], reserves: s["cmd-reserve"] + s["cmd-reserve-with-timeout"],
+    deletes: s["cmd-delete"] };
+}
+
+function addSample(x) {
+  if (samples.length && x.t <= samples[samples.length - 1].t) return;
+  samples.push(x);
+  while (samples.length && samples[0].t < x.t - SPAN) samples.shift();
+}
+
+// loadHistory fills samples with the server's last hour.
+async function loadHistory() {
+  try {
+    const r = await fetch("/api/history", { cache: "no-store" });
+    if (!r.ok) return;
+    const h = await r.json();
+    h.time_ms.forEach((t, i) => addSample({ t, ready: h.ready[i], reserved: h.reserved[i], delayed: h.delayed[i],
+      buried: h.buried[i], connections: h.connections[i], waiting: h.waiting[i], puts: h.cmd_put[i],
+      reserves: h.reserves[i], deletes: h.cmd_delete[i] }));
+  } catch (e) { /* no history: the charts start from this page's refreshes */ }
+}
+
 function render(o) {
-  const prev = samples[samples.length - 1];
-  samples.push(o);
-  if (samples.length > HISTORY) samples.shift();
+  const prev = last;
+  last = o;
+  addSample(sampleOf(o));
   for (const el of document.querySelectorAll("[data-stat]")) {
     const v = o.server[el.dataset.stat];
     el.textContent = el.dataset.fmt === "dur" ? fmtDur(v) : v;
   }
-  document.getElementById("put-rate").textContent = fmtRate(rate(o, prev, s => s.server["cmd-put"]));
-  document.getElementById("delete-rate").textContent = fmtRate(rate(o, prev, s => s.server["cmd-delete"]));
+  // The cards' rates: over the last two samples, the history's last one
+  // and this refresh on a page just opened.
+  const [older, newer] = samples.length < 2 ? [null, null] : samples.slice(-2).map(x => ({ time_ms: x.t, x }));
+  document.getElementById("put-rate").textContent = fmtRate(newer && rate(newer, older, s => s.x.puts));
+  document.getElementById("delete-rate").textContent = fmtRate(newer && rate(newer, older, s => s.x.deletes));
   const before = new Map(prev ? prev.tubes.map(t => [t.name, t]) : []);
   const body = document.querySelector("#tubes tbody");
   body.replaceChildren(...o.tubes.map(t => {
@@ -55,47 +97,77 @@ function render(o) {
     return tr;
   }));
   document.getElementById("tube-count").textContent = `${o.tubes.length} of ${o.tubes_total}, most jobs first`;
-  draw("chart-rate", [
-    [getComputedStyle(document.documentElement).getPropertyValue("--put"), series(s => s.server["cmd-put"], true)],
-    [getComputedStyle(document.documentElement).getPropertyValue("--del"), series(s => s.server["cmd-delete"], true)],
-  ]);
   const css = getComputedStyle(document.documentElement);
-  draw("chart-depth", ["ready", "reserved", "delayed", "buried"].map(k =>
-    [css.getPropertyValue("--" + k), series(s => s.server["current-jobs-" + k], false)]));
+  const color = k => css.getPropertyValue("--" + k).trim();
+  draw("chart-ready", [[color("ready"), series("ready", false)]]);
+  draw("chart-depth", ["reserved", "delayed", "buried"].map(k => [color(k), series(k, false)]));
+  draw("chart-rate", [[color("put"), series("puts", true)], [color("res"), series("reserves", true)],
+    [color("del"), series("deletes", true)]]);
+  draw("chart-conns", [[color("conns"), series("connections", false)], [color("waiting"), series("waiting", false)]]);
 }
 
-// series is one value per sample, or per pair of samples for a rate.
-function series(get, asRate) {
+// series is [time, value] per sample, or per pair of samples for a rate.
+function series(k, asRate) {
   const out = [];
   for (let i = asRate ? 1 : 0; i < samples.length; i++) {
-    out.push(asRate ? rate(samples[i], samples[i - 1], get) ?? 0 : get(samples[i]));
+    const s = samples[i];
+    if (!asRate) { out.push([s.t, s[k]]); continue; }
+    const p = samples[i - 1], dt = (s.t - p.t) / 1000, d = s[k] - p[k];
+    if (dt > 0 && d >= 0) out.push([s.t, d / dt]);
   }
   return out;
 }
 
+// niceStep is 1, 2 or 5 times a power of ten, about a quarter of top.
+function niceStep(top) {
+  const raw = top / 4, p = Math.pow(10, Math.floor(Math.log10(raw)));
+  return [1, 2, 5, 10].map(m => m * p).find(s => s >= raw);
+}
+
+const pad2 = n => String(n).padStart(2, "0");
+
+// draw plots lines ([color, [[time, value]...]]) over the last hour, with
+// a time axis (a gridline every 10 minutes) and a value axis (4 or 5
+// gridlines). The canvas's data-samples is the most points a line has.
 function draw(id, lines) {
   const c = document.getElementById(id);
   if (!c) return;
-  const g = c.getContext("2d"), w = c.width, h = c.height, pad = 4, left = 44;
+  const dpr = window.devicePixelRatio || 1, cw = c.clientWidth, ch = c.clientHeight;
+  if (c.width !== Math.round(cw * dpr)) { c.width = Math.round(cw * dpr); c.height = Math.round(ch * dpr); }
+  const g = c.getContext("2d");
+  g.setTransform(dpr, 0, 0, dpr, 0, 0);
+  const w = cw, h = ch, left = 44, right = 8, top0 = 8, bottom = 18;
+  const pw = w - left - right, ph = h - top0 - bottom;
   g.clearRect(0, 0, w, h);
-  const top = Math.max(1, ...lines.flatMap(([, v]) => v));
-  g.fillStyle = "#6b7385";
+  const end = samples.length ? samples[samples.length - 1].t : Date.now(), start = end - SPAN;
+  const x = t => left + pw * (t - start) / SPAN;
+  const max = Math.max(0, ...lines.flatMap(([, v]) => v.map(p => p[1])));
+  const step = max > 0 ? niceStep(max) : 1, top = Math.max(step, Math.ceil(max / step) * step);
+  const y = v => top0 + ph - ph * v / top;
   g.font = "11px system-ui, sans-serif";
-  g.fillText(fmtRate(top), 2, 12);
-  g.fillText("0", 2, h - pad);
-  g.strokeStyle = "#dde1e8";
-  g.beginPath(); g.moveTo(left, h - pad); g.lineTo(w, h - pad); g.stroke();
+  g.lineWidth = 1;
+  g.strokeStyle = "#e6e9ef";
+  g.fillStyle = "#6b7385";
+  g.textAlign = "right"; g.textBaseline = "middle";
+  for (let v = 0; v <= top + step / 2; v += step) {
+    g.beginPath(); g.moveTo(left, Math.round(y(v)) + .5); g.lineTo(w - right, Math.round(y(v)) + .5); g.stroke();
+    g.fillText(fmtNum(v), left - 4, y(v));
+  }
+  g.textAlign = "center"; g.textBaseline = "top";
+  const tick = 10 * 60 * 1000;
+  for (let t = Math.ceil(start / tick) * tick; t <= end; t += tick) {
+    g.beginPath(); g.moveTo(Math.round(x(t)) + .5, top0); g.lineTo(Math.round(x(t)) + .5, top0 + ph); g.stroke();
+    const d = new Date(t);
+    g.fillText(pad2(d.getHours()) + ":" + pad2(d.getMinutes()), x(t), top0 + ph + 4);
+  }
+  g.lineWidth = 1.5;
   for (const [color, v] of lines) {
-    g.strokeStyle = color.trim() || "#333";
-    g.lineWidth = 1.5;
+    g.strokeStyle = color || "#333";
     g.beginPath();
-    v.forEach((y, i) => {
-      const x = left + (w - left) * (HISTORY - v.length + i) / (HISTORY - 1);
-      const yy = h - pad - (h - 2 * pad) * y / top;
-      i ? g.lineTo(x, yy) : g.moveTo(x, yy);
-    });
+    v.forEach(([t, val], i) => i ? g.lineTo(x(t), y(val)) : g.moveTo(x(t), y(val)));
     g.stroke();
   }
+  c.dataset.samples = Math.max(0, ...lines.map(([, v]) => v.length));
 }
 
 async function refresh() {
@@ -178,8 +250,7 @@ document.addEventListener("submit", (e) => {
 document.addEventListener("DOMContentLoaded", () => {
   tokenStatus();
   if (document.getElementById("tubes")) {
-    refresh();
-    setInterval(refresh, PERIOD);
+    loadHistory().then(() => { refresh(); setInterval(refresh, PERIOD); });
   }
   const show = document.getElementById("show-bodies");
   if (show) {
