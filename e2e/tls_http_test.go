@@ -70,12 +70,7 @@ func httpAddrFree(t *testing.T) string {
 func startHTTPSOnly(t *testing.T, extra ...string) (*tlsServer, string) {
 	t.Helper()
 	skipUnlessBeanpole(t, "HTTPS is beanpole's")
-	dir := t.TempDir()
-	ca := newTestCA(t, "server CA")
-	certPEM, keyPEM, _ := ca.issue(t, "beanpole", serverCert)
-	ts := &tlsServer{ca: ca, certFile: filepath.Join(dir, "cert.pem"), keyFile: filepath.Join(dir, "key.pem")}
-	writeFile(t, ts.certFile, certPEM)
-	writeFile(t, ts.keyFile, keyPEM)
+	ts := newServerCert(t)
 	addr := httpAddrFree(t)
 	ts.server = startServer(t, append([]string{"--http", addr, "--tls-cert", ts.certFile, "--tls-key", ts.keyFile}, extra...)...)
 	return ts, addr

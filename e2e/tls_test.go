@@ -143,18 +143,26 @@ type tlsServer struct {
 	certFile, keyFile string
 }
 
-// startTLSServer starts a server with --tls-listen on a free port, its
-// certificate signed by a CA of its own, and waits until that port
-// listens too.
-func startTLSServer(t *testing.T, extra ...string) *tlsServer {
+// newServerCert writes a server certificate for 127.0.0.1, signed by a CA
+// of its own, and its key, for a tlsServer yet to be started.
+func newServerCert(t *testing.T) *tlsServer {
 	t.Helper()
-	skipUnlessBeanpole(t, "TLS is beanpole's")
 	dir := t.TempDir()
 	ca := newTestCA(t, "server CA")
 	certPEM, keyPEM, _ := ca.issue(t, "beanpole", serverCert)
 	ts := &tlsServer{ca: ca, certFile: filepath.Join(dir, "cert.pem"), keyFile: filepath.Join(dir, "key.pem")}
 	writeFile(t, ts.certFile, certPEM)
 	writeFile(t, ts.keyFile, keyPEM)
+	return ts
+}
+
+// startTLSServer starts a server with --tls-listen on a free port, its
+// certificate signed by a CA of its own, and waits until that port
+// listens too.
+func startTLSServer(t *testing.T, extra ...string) *tlsServer {
+	t.Helper()
+	skipUnlessBeanpole(t, "TLS is beanpole's")
+	ts := newServerCert(t)
 	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
