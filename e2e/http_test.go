@@ -52,10 +52,17 @@ func httpGet(t *testing.T, url string) (int, string) {
 // with its whole body read.
 func httpDo(t *testing.T, req *http.Request, followRedirects bool) (*http.Response, []byte) {
 	t.Helper()
-	c := http.Client{Timeout: defaultTimeout}
+	c := &http.Client{Timeout: defaultTimeout}
 	if !followRedirects {
 		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	}
+	resp, body := fetch(t, c, req)
+	return resp, []byte(body)
+}
+
+// fetch sends req and returns the response with its whole body.
+func fetch(t *testing.T, c *http.Client, req *http.Request) (*http.Response, string) {
+	t.Helper()
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
@@ -65,7 +72,7 @@ func httpDo(t *testing.T, req *http.Request, followRedirects bool) (*http.Respon
 	if err != nil {
 		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
-	return resp, b
+	return resp, string(b)
 }
 
 // scrape reads /metrics with Prometheus's own text parser.

@@ -31,21 +31,6 @@ func httpsClient(t *testing.T, ca *testCA, certs ...tls.Certificate) *http.Clien
 	return &http.Client{Timeout: defaultTimeout, Transport: tr}
 }
 
-// fetch sends req and returns the response with its whole body.
-func fetch(t *testing.T, c *http.Client, req *http.Request) (*http.Response, string) {
-	t.Helper()
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
-	}
-	return resp, string(b)
-}
-
 func fetchGet(t *testing.T, c *http.Client, url string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest("GET", url, nil)
