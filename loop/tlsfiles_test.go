@@ -51,27 +51,46 @@ func served(t *testing.T, f *TLSFiles) (string, tls.ClientAuthType) {
 	return leaf.Subject.CommonName, c.ClientAuth
 }
 
-// A reload that fails, whichever file is wrong, leaves the files loaded
-// before in use; one that succeeds replaces all three.
-func TestTLSFilesBadReloadKeepsTheLoadedOnes(t *testing.T) {
-	dir := t.TempDir()
-	path := func(name string) string { return filepath.Join(dir, name) }
-	write := func(name string, data []byte) {
-		t.Helper()
-		if err := os.WriteFile(path(name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+// tlsFixture is a directory of TLS files loaded as "first" (certificate,
+// key and a client CA), with a "second" pair to reload with.
+type tlsFixture struct {
+	t                     *testing.T
+	dir                   string
+	key1, cert2, key2, ca []byte
+}
+
+func loadFirst(t *testing.T) (*tlsFixture, *TLSFiles) {
+	t.Helper()
+	x := &tlsFixture{t: t, dir: t.TempDir()}
 	cert1, key1 := selfSigned(t, "first")
-	cert2, key2 := selfSigned(t, "second")
-	ca, _ := selfSigned(t, "clients")
-	write("cert", cert1)
-	write("key", key1)
-	write("ca", ca)
-	f, err := LoadTLS(path("cert"), path("key"), path("ca"))
+	x.key1 = key1
+	x.cert2, x.key2 = selfSigned(t, "second")
+	x.ca, _ = selfSigned(t, "clients")
+	x.write("cert", cert1)
+	x.write("key", x.key1)
+	x.write("ca", x.ca)
+	f, err := LoadTLS(x.path("cert"), x.path("key"), x.path("ca"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return x, f
+}
+
+func (x *tlsFixture) path(name string) string { return filepath.Join(x.dir, name) }
+
+func (x *tlsFixture) write(name string, data []byte) {
+	x.t.Helper()
+	if err := os.WriteFile(x.path(name), data, 0o600); err != nil {
+		x.t.Fatal(err)
+	}
+}
+
+// A reload that fails, whichever file is wrong, leaves the files loaded
+// before in use; one that succeeds replaces all three.
+func TestTLSFilesBadReloadKeepsTheLoadedOnes(t *testing.T) {
+	x, f := loadFirst(t)
+	path, write := x.path, x.write
+	key1, cert2, key2, ca := x.key1, x.cert2, x.key2, x.ca
 	if name, auth := served(t, f); name != "first" || auth != tls.RequireAndVerifyClientCert {
 		t.Fatalf("serving %q with %v, want first with RequireAndVerifyClientCert", name, auth)
 	}
@@ -112,14 +131,6 @@ func TestTLSFilesBadReloadKeepsTheLoadedOnes(t *testing.T) {
 // listener, reloads with it, and checks a client certificate only if one
 // is presented.
 func TestTLSFilesHTTPConfigFollowsTheProtocolsLoad(t *testing.T) {
-	dir := t.TempDir()
-	path := func(name string) string { return filepath.Join(dir, name) }
-	write := func(name string, data []byte) {
-		t.Helper()
-		if err := os.WriteFile(path(name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 	httpServed := func(f *TLSFiles) (string, tls.ClientAuthType, []string) {
 		t.Helper()
 		c, err := f.HTTPConfig().GetConfigForClient(&tls.ClientHelloInfo{})
@@ -132,16 +143,8 @@ func TestTLSFilesHTTPConfigFollowsTheProtocolsLoad(t *testing.T) {
 		}
 		return leaf.Subject.CommonName, c.ClientAuth, c.NextProtos
 	}
-	cert1, key1 := selfSigned(t, "first")
-	cert2, key2 := selfSigned(t, "second")
-	ca, _ := selfSigned(t, "clients")
-	write("cert", cert1)
-	write("key", key1)
-	write("ca", ca)
-	f, err := LoadTLS(path("cert"), path("key"), path("ca"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	x, f := loadFirst(t)
+	path, write, cert2, key2 := x.path, x.write, x.cert2, x.key2
 	if name, auth, protos := httpServed(f); name != "first" || auth != tls.VerifyClientCertIfGiven || len(protos) != 1 || protos[0] != "http/1.1" {
 		t.Fatalf("HTTP side serves %q with %v and ALPN %q, want first with VerifyClientCertIfGiven and http/1.1", name, auth, protos)
 	}
