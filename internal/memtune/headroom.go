@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"time"
 )
 
@@ -22,7 +23,13 @@ import (
 // millions of jobs grows by no more than GOGC allows.
 //
 // The decision is re-made after every cycle, from a finalizer on a
-// sentinel that each cycle frees.
+// sentinel that each cycle frees. A burst that stops leaves no cycle to
+// turn the headroom off, and its garbage (up to floor bytes: after a few
+// thousand TLS handshakes, say) would stay in the heap until the
+// runtime's forced collection two minutes later; so, every calmTick, a
+// headroom on a heap that has all but stopped allocating is turned off
+// and the garbage collected and returned at once (the headroom is only
+// ever on for a live heap under floor, so that collection is short).
 func KeepHeapHeadroom(floor uint64) {
 	base := debug.SetGCPercent(100)
 	debug.SetGCPercent(base)
@@ -33,6 +40,42 @@ func KeepHeapHeadroom(floor uint64) {
 		sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/allocs:bytes"}},
 		goal:   []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}}
 	t.arm()
+	go t.watchCalm()
+}
+
+// calmTick is how often watchCalm looks; calmBytes is the most a heap may
+// allocate in one tick and count as calm (4 MB/s).
+const (
+	calmTick  = 250 * time.Millisecond
+	calmBytes = 1 << 20
+)
+
+// watchCalm turns the headroom off once allocation has all but stopped.
+func (t *heapTuner) watchCalm() {
+	allocs := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	var prev uint64
+	for range time.Tick(calmTick) {
+		metrics.Read(allocs)
+		now := allocs[0].Value.Uint64()
+		t.mu.Lock()
+		calm := t.calmed(now - prev)
+		t.mu.Unlock()
+		prev = now
+		if calm {
+			debug.FreeOSMemory()
+		}
+	}
+}
+
+// calmed turns the headroom off, and reports so, if it is on and the heap
+// allocated less than calmBytes in the last tick.
+func (t *heapTuner) calmed(allocated uint64) bool {
+	if t.asked == t.base || allocated >= calmBytes {
+		return false
+	}
+	t.hot, t.asked = false, t.base
+	debug.SetGCPercent(t.base)
+	return true
 }
 
 // A cycle shorter than hotCycle (at GOGC alone) turns the headroom on; it
@@ -44,6 +87,7 @@ const (
 )
 
 type heapTuner struct {
+	mu         sync.Mutex // adjust and watchCalm
 	floor      uint64
 	base       int // GOGC as configured
 	asked      int // the percentage last set before scaling to the real goal
@@ -61,6 +105,8 @@ func (t *heapTuner) arm() {
 }
 
 func (t *heapTuner) adjust() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	metrics.Read(t.sample)
 	live, allocs := t.sample[0].Value.Uint64(), t.sample[1].Value.Uint64()
 	now := time.Now()

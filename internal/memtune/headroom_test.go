@@ -51,3 +51,24 @@ func TestHeapHeadroomOnlyWhileChurning(t *testing.T) {
 		}
 	}
 }
+
+// A burst that stops leaves no collection to end its headroom: the calm
+// watcher does, once a tick allocates under calmBytes, and only then.
+func TestHeadroomEndsWhenAllocationStops(t *testing.T) {
+	tu := &heapTuner{floor: 64 << 20, base: 100, asked: 1600, hot: true}
+	if tu.calmed(64 << 20) {
+		t.Fatal("headroom ended while the heap allocates 256 MB/s")
+	}
+	if tu.asked != 1600 || !tu.hot {
+		t.Fatalf("headroom changed while busy: asked %d%%, hot %v", tu.asked, tu.hot)
+	}
+	if !tu.calmed(calmBytes - 1) {
+		t.Fatal("headroom kept after allocation stopped")
+	}
+	if tu.asked != 100 || tu.hot {
+		t.Fatalf("after calm: asked %d%%, hot %v; want 100%%, false", tu.asked, tu.hot)
+	}
+	if tu.calmed(0) {
+		t.Fatal("a heap without headroom was released again")
+	}
+}
