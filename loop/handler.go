@@ -17,6 +17,11 @@ type handler struct {
 func (h *handler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	s := h.s
 	c := &conn{gc: gc, ls: s.loopFor(gc.EventLoop())}
+	if ts, ok := gc.Context().(*tlsSession); ok {
+		c.gc = newTLSConn(gc, ts, c.ls)
+		// The handshake may have read the first records already.
+		_ = gc.Wake(nil)
+	}
 	c.ls.conns.Add(1)
 	s.eng.InitClient(&c.cl, c.ls.shard, c)
 	gc.SetContext(c)
@@ -44,6 +49,9 @@ func (h *handler) OnClose(gc gnet.Conn, err error) gnet.Action {
 		s.chargeOutput(c) // gnet drops what was not sent
 	}
 	c.connExtra = nil
+	if t, ok := c.gc.(*tlsConn); ok {
+		t.closed()
+	}
 	if s.cfg.Verbosity > 0 {
 		s.log.Info().Int("fd", gc.Fd()).AnErr("err", err).Msg("close")
 	}
@@ -72,7 +80,17 @@ func (h *handler) OnTraffic(gc gnet.Conn) gnet.Action {
 	if c == nil || c.closed {
 		return gnet.None
 	}
-	return h.s.process(c)
+	t, ok := c.gc.(*tlsConn)
+	if !ok {
+		return h.s.process(c)
+	}
+	t.fill()
+	action := h.s.process(c)
+	if action == gnet.Close && !c.closed {
+		t.closeNotify()
+	}
+	t.settle()
+	return action
 }
 
 func addr(gc gnet.Conn) string {

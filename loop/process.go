@@ -128,6 +128,14 @@ func (s *Server) pass(c *conn) gnet.Action {
 		switch f.Event {
 		case codec.More:
 			off += f.N
+			if t, ok := gc.(*tlsConn); ok && t.more() {
+				// A TLS connection's input is decrypted a record at a time.
+				s.consume(c, off)
+				t.fill()
+				buf, _ = gc.Peek(-1)
+				off = 0
+				continue
+			}
 			goto done // an incomplete line, or all there is of a body
 		case codec.Line:
 			if s.mustAwait(c, f.Status, f.Cmd.Op) {
@@ -253,12 +261,17 @@ func (s *Server) finishClosing(c *conn) gnet.Action {
 // send discards the consumed input and writes the batched replies (those
 // that wait for the binlog are in c.held, not in the batch).
 func (s *Server) send(c *conn, consumed int) {
-	if consumed > 0 { // never Discard(0): it means "everything" to gnet
-		_, _ = c.gc.Discard(consumed)
-		c.ls.bytesIn.Add(uint64(consumed))
-	}
+	s.consume(c, consumed)
 	if n := c.ls.out.flush(c.gc); n > 0 {
 		c.ls.bytesOut.Add(uint64(n))
+	}
+}
+
+// consume discards the input c's commands consumed.
+func (s *Server) consume(c *conn, n int) {
+	if n > 0 { // never Discard(0): it means "everything" to gnet
+		_, _ = c.gc.Discard(n)
+		c.ls.bytesIn.Add(uint64(n))
 	}
 }
 
@@ -450,7 +463,8 @@ func (c *conn) refuseBody() {
 
 // readBodyDirect reads the rest of a large put body from the socket
 // straight into the job's memory, as upstream does, instead of letting gnet
-// copy it into its buffer first and us copy it out again, and tells d. It runs on the
+// copy it into its buffer first and us copy it out again, and tells d. A
+// TLS connection's records are decrypted straight into it. It runs on the
 // connection's own loop with gnet's buffer fully consumed, so no bytes can
 // overtake each other; it stops at EAGAIN (gnet's level-triggered poll
 // brings the rest) and leaves errors and EOF for gnet's next read to see.
@@ -462,8 +476,13 @@ func (c *conn) readBodyDirect(d *codec.Decoder) {
 		}
 		have := len(c.body)
 		end := min(have+d.BodyLeft(), cap(c.body))
-		n, err := unix.Read(c.gc.Fd(), c.body[have:end])
-		if n <= 0 || err != nil {
+		var n int
+		if t, ok := c.gc.(*tlsConn); ok {
+			n = t.readDirect(c.body[have:end])
+		} else if n, _ = unix.Read(c.gc.Fd(), c.body[have:end]); n < 0 {
+			n = 0
+		}
+		if n == 0 {
 			return
 		}
 		c.body = c.body[:have+n]

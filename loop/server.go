@@ -139,6 +139,13 @@ type loopState struct {
 	tubes [][]byte // scratch for list-tubes
 	iov   [][]byte // scratch for writing held replies
 	yaml  []byte
+	// The TLS connections' buffers (tlsconn.go), allocated at the loop's
+	// first: decrypted input a pass borrows (tlsIn), plaintext staged
+	// into records (tlsStage), the records for gnet (tlsOut).
+	tlsIn, tlsStage, tlsOut []byte
+	tlsBufs                 [][]byte
+	// tlsConns are the loop's TLS connections, for Stop's close_notify.
+	tlsConns map[*tlsConn]struct{}
 	// heldIn is the input buffered by this loop's waiting connections
 	// (the sum of heldBy), kept within Server.inBudget.
 	heldIn int64
@@ -222,7 +229,8 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 	defer s.mu.Unlock()
 	ls := s.loops[el]
 	if ls == nil {
-		ls = &loopState{s: s, idx: len(s.loops), shard: len(s.loops)%s.eng.Shards() + 1, heldBy: make(map[*conn]int)}
+		ls = &loopState{s: s, idx: len(s.loops), shard: len(s.loops)%s.eng.Shards() + 1, heldBy: make(map[*conn]int),
+			tlsConns: make(map[*tlsConn]struct{})}
 		ls.out.buf = make([]byte, 0, 64<<10)
 		s.loops[el] = ls
 	}
@@ -244,6 +252,7 @@ func (s *Server) Stop(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	s.acceptWG.Wait()
+	s.closeTLS(ctx)
 	done := make(chan struct{})
 	go func() { _ = s.cli.Stop(); close(done) }()
 	select {

@@ -3,10 +3,8 @@ package loop
 import (
 	"crypto/tls"
 	"errors"
-	"io"
 	"net"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,19 +13,16 @@ import (
 
 // TLS (--tls-listen).
 //
-// gnet speaks no TLS, so a TLS connection is served through a bridge:
-// crypto/tls does the handshake and the records on the accepted socket,
-// and the plaintext goes through a socketpair whose one end is enrolled in
-// gnet exactly as an accepted plaintext connection is. The event loops,
-// the parser and the engine see an ordinary connection: there is one
-// implementation of the protocol. Each TLS connection costs two
-// goroutines (one per direction), the socketpair's two descriptors and
-// crypto/tls's buffers.
+// gnet speaks no TLS. A TLS connection's handshake runs on a goroutine of
+// its own, with crypto/tls on the accepted socket; once it has succeeded
+// the socket is handed to an event loop like an accepted plaintext one,
+// with its tls.Conn, and from then on the loop does its records
+// (tlsconn.go): the parser and the engine see an ordinary connection, and
+// there is one implementation of the protocol.
 //
-// A half-close passes through both ways: the client's close_notify or FIN
-// becomes a shutdown of the socketpair's write side, which the loop sees
-// as the end of input (every command before it is answered); the loop's
-// close becomes close_notify and a FIN to the client.
+// The client's close_notify or FIN is the end of its input: every command
+// before it is answered, then the connection closes. The loop's close
+// sends close_notify before the FIN.
 //
 // A handshake must finish within TLSHandshakeTimeout: a client
 // that connects and sends nothing is cut then; one that sends plaintext or
@@ -45,19 +40,8 @@ import (
 // TLSHandshakeTimeout is how long a TLS handshake may take.
 const TLSHandshakeTimeout = 10 * time.Second
 
-// bridgeInBuf is the plaintext read from the client per write to the
-// loop. Every connection holds one while it waits for the client: 2 KiB
-// rather than 8 takes a quarter off an idle TLS connection's memory
-// (about 23 KiB instead of 32), and a 60 KB put is no slower for it.
-const bridgeInBuf = 2 << 10
-
-// outBufs are the buffers the loop's replies are copied through towards
-// the client, one TLS record's worth each; a bridge takes one only while
-// it has replies to copy, so idle connections hold none.
-var outBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
-
 // ServeTLS is Serve for a TLS listener: the same accept path (descriptor
-// limit, reserve, refusals), each connection bridged to a loop once its
+// limit, reserve, refusals), each connection handed to a loop once its
 // handshake with conf has succeeded.
 func (s *Server) ServeTLS(ln net.Listener, conf *tls.Config) error {
 	return s.serve(ln, func(fd int, local net.Addr) {
@@ -71,7 +55,7 @@ func (s *Server) ServeTLS(ln net.Listener, conf *tls.Config) error {
 			})
 			return
 		}
-		go s.bridge(fd, local, conf)
+		go s.handshake(fd, local, conf)
 	})
 }
 
@@ -109,13 +93,6 @@ type fileConn struct {
 func (c *fileConn) LocalAddr() net.Addr  { return c.local }
 func (c *fileConn) RemoteAddr() net.Addr { return c.remote }
 
-// shutdownWrite half-closes f's socket.
-func shutdownWrite(f *os.File) {
-	if rc, err := f.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_WR) })
-	}
-}
-
 // peerAddr is fd's peer as a TCP address, nil if unknown.
 func peerAddr(fd int) net.Addr {
 	switch sa, _ := unix.Getpeername(fd); sa := sa.(type) {
@@ -127,13 +104,14 @@ func peerAddr(fd int) net.Addr {
 	return nil
 }
 
-// bridge does the handshake on fd and, if it succeeds, serves the
-// connection through a socketpair enrolled in gnet.
-func (s *Server) bridge(fd int, local net.Addr, conf *tls.Config) {
+// handshake does the TLS handshake on fd and, if it succeeds, hands the
+// socket and its tls.Conn to a loop.
+func (s *Server) handshake(fd int, local net.Addr, conf *tls.Config) {
 	remote := peerAddr(fd)
 	raw := &fileConn{File: os.NewFile(uintptr(fd), ""), local: local, remote: remote}
+	pipe := &recordPipe{hs: raw}
 	_ = raw.SetDeadline(time.Now().Add(TLSHandshakeTimeout))
-	tc := tls.Server(raw, conf)
+	tc := tls.Server(pipe, conf)
 	err := tc.Handshake()
 	s.handshakes.Add(-1)
 	if err != nil {
@@ -148,95 +126,42 @@ func (s *Server) bridge(fd int, local net.Addr, conf *tls.Config) {
 		_ = raw.Close()
 		return
 	}
-	_ = raw.SetDeadline(time.Time{})
-
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	if err == nil && s.cfg.ReserveFDs > 0 && s.shortOfFDs(max(pair[0], pair[1])) {
-		unix.Close(pair[0])
-		unix.Close(pair[1])
+	// Go's poller lets go of a descriptor only by closing it: the loop
+	// takes a duplicate, and the socket stays open through the swap.
+	loopFD, err := detach(raw)
+	if err == nil && s.cfg.ReserveFDs > 0 && s.shortOfFDs(loopFD) {
+		unix.Close(loopFD)
 		err = errors.New("near the open-file limit: descriptors are kept for the binlog")
 	}
 	if err == nil {
-		// gnet closes pair[0] itself if it cannot take it.
-		err = s.cli.EnrollFD(pair[0], "unix", local, remote, nil)
-		if err != nil {
-			unix.Close(pair[1])
-		}
+		// gnet closes loopFD itself if it cannot take it.
+		err = s.cli.EnrollFD(loopFD, "tcp", local, remote, &tlsSession{tc: tc, pipe: pipe})
 	}
 	if err != nil {
 		s.refused.Add(1)
 		s.warnEvery(&s.enrollWarned, func() {
 			s.log.Warn().Err(err).Uint64("refused", s.refused.Load()).Msg("closing a TLS connection: no loop connection for it")
 		})
-		_ = tc.Close()
-		return
-	}
-	loopEnd := os.NewFile(uintptr(pair[1]), "")
-	// Both copies run on goroutines of their own: the handshake's stack,
-	// grown by the key exchange, goes with this one.
-	go s.toClient(loopEnd, tc, raw)
-	go s.fromClient(tc, loopEnd)
-}
-
-// fromClient copies the client's plaintext to the loop, then passes the
-// end of it on as a half-close.
-func (s *Server) fromClient(tc *tls.Conn, loopEnd *os.File) {
-	buf := make([]byte, bridgeInBuf)
-	for {
-		n, err := tc.Read(buf)
-		if n > 0 {
-			if _, werr := loopEnd.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			// close_notify, a bare FIN or a broken connection alike:
-			// the loop answers what came before, then closes.
-			shutdownWrite(loopEnd)
-			return
-		}
 	}
 }
 
-// toClient copies the loop's replies to the client. When the loop closes
-// its end it sends close_notify and a FIN, then closes both ends; a
-// buffer is taken only while there is something to copy.
-func (s *Server) toClient(loopEnd *os.File, tc *tls.Conn, raw *fileConn) {
-	defer func() {
-		_ = tc.CloseWrite()
-		shutdownWrite(raw.File)
-		_ = tc.Close()
-		_ = loopEnd.Close()
-	}()
-	rc, err := loopEnd.SyscallConn()
+// detach closes f and returns a non-blocking duplicate of its descriptor,
+// or an error, having closed f either way.
+func detach(f *fileConn) (int, error) {
+	dup := -1
+	rc, err := f.SyscallConn()
+	if err == nil {
+		cerr := rc.Control(func(fd uintptr) { dup, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) })
+		err = errors.Join(err, cerr)
+	}
+	_ = f.Close()
 	if err != nil {
-		return
+		if dup >= 0 {
+			unix.Close(dup)
+		}
+		return -1, err
 	}
-	var peek [1]byte
-	for {
-		// Wait until the loop has written something (or closed).
-		closed := false
-		werr := rc.Read(func(fd uintptr) bool {
-			n, _, err := unix.Recvfrom(int(fd), peek[:], unix.MSG_PEEK)
-			if err == unix.EAGAIN {
-				return false
-			}
-			closed = n == 0 || err != nil
-			return true
-		})
-		if werr != nil || closed {
-			return
-		}
-		bp := outBufs.Get().(*[]byte)
-		n, err := loopEnd.Read(*bp)
-		if n > 0 {
-			_, err = tc.Write((*bp)[:n])
-		}
-		outBufs.Put(bp)
-		if err != nil && err != io.EOF || n == 0 {
-			return
-		}
-	}
+	return dup, nil
 }
 
 // shortOfFDs: holding descriptor fd leaves fewer than ReserveFDs free.

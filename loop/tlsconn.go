@@ -1,0 +1,335 @@
+package loop
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+)
+
+// A TLS connection, once its handshake is done, is served by its event
+// loop like any other: gnet reads and writes the TCP socket, and tlsConn,
+// which the connection uses in place of gnet's Conn, turns the records
+// gnet read into plaintext for the parser and the replies into records
+// for gnet to write. crypto/tls does every record (and any key update);
+// it is driven without blocking through recordPipe, whose reads answer
+// "would block" (a temporary net.Error, which crypto/tls leaves
+// retryable) once gnet's buffer is empty.
+//
+// So a TLS command costs what a plaintext one does, the same two
+// syscalls, plus the cipher: no goroutine, no descriptor and no buffer
+// of its own while the connection is idle beyond crypto/tls's state.
+
+// tlsRecord is the most plaintext one TLS record carries.
+const tlsRecord = 16 << 10
+
+// errWouldBlock is recordPipe's read when gnet holds no more input.
+var errWouldBlock error = wouldBlock{}
+
+type wouldBlock struct{}
+
+func (wouldBlock) Error() string   { return "no more TLS input buffered" }
+func (wouldBlock) Timeout() bool   { return true }
+func (wouldBlock) Temporary() bool { return true }
+
+// recordPipe is the net.Conn under a connection's tls.Conn. During the
+// handshake, which runs on a goroutine of its own with a deadline, it is
+// the accepted socket itself (hs); from the handoff on, its reads take
+// what gnet read (from) and its writes append to the loop's record
+// buffer (to), which tlsConn hands to gnet.
+type recordPipe struct {
+	hs   net.Conn
+	from gnet.Conn
+	to   *[]byte
+}
+
+func (p *recordPipe) Read(b []byte) (int, error) {
+	if p.from == nil {
+		return p.hs.Read(b)
+	}
+	buf, _ := p.from.Peek(-1)
+	if len(buf) == 0 {
+		if p.from.PeerClosed() {
+			return 0, io.EOF
+		}
+		return 0, errWouldBlock
+	}
+	n := copy(b, buf)
+	_, _ = p.from.Discard(n)
+	return n, nil
+}
+
+func (p *recordPipe) Write(b []byte) (int, error) {
+	if p.from == nil {
+		return p.hs.Write(b)
+	}
+	*p.to = append(*p.to, b...)
+	return len(b), nil
+}
+
+func (p *recordPipe) Close() error {
+	if p.from == nil {
+		return p.hs.Close()
+	}
+	return nil // gnet owns the socket
+}
+
+func (p *recordPipe) LocalAddr() net.Addr  { return p.hs.LocalAddr() }
+func (p *recordPipe) RemoteAddr() net.Addr { return p.hs.RemoteAddr() }
+
+func (p *recordPipe) SetDeadline(t time.Time) error {
+	if p.from == nil {
+		return p.hs.SetDeadline(t)
+	}
+	return nil
+}
+
+func (p *recordPipe) SetReadDeadline(t time.Time) error {
+	if p.from == nil {
+		return p.hs.SetReadDeadline(t)
+	}
+	return nil
+}
+
+func (p *recordPipe) SetWriteDeadline(t time.Time) error {
+	if p.from == nil {
+		return p.hs.SetWriteDeadline(t)
+	}
+	return nil
+}
+
+// tlsSession is what the handshake hands to the loop with the socket.
+type tlsSession struct {
+	tc   *tls.Conn
+	pipe *recordPipe
+}
+
+// tlsConn is a TLS connection as its conn sees it: gnet's Conn for the
+// TCP socket, with input and output in plaintext. Every method runs on the
+// connection's loop.
+type tlsConn struct {
+	gnet.Conn
+	tc   *tls.Conn
+	pipe *recordPipe
+	ls   *loopState
+	// plain is the decrypted input not yet consumed. While a callback
+	// runs it may be the loop's buffer (borrowed); settle moves what is
+	// left into memory of the connection's own, so an idle connection
+	// holds none.
+	plain    []byte
+	borrowed bool
+	// ended: the client sent close_notify or a FIN, or a record that
+	// does not decrypt; nothing more comes.
+	ended bool
+	// drained: the last read found no more input.
+	drained bool
+}
+
+func newTLSConn(gc gnet.Conn, s *tlsSession, ls *loopState) *tlsConn {
+	s.pipe.from, s.pipe.to = gc, &ls.tlsOut
+	t := &tlsConn{Conn: gc, tc: s.tc, pipe: s.pipe, ls: ls}
+	ls.tlsConns[t] = struct{}{}
+	return t
+}
+
+// closed forgets t, whose socket gnet has closed.
+func (t *tlsConn) closed() {
+	t.plain = nil
+	delete(t.ls.tlsConns, t)
+}
+
+// fill decrypts the next record into plain, if there is one: the loop
+// asks for records as it parses (process), so that a large put body can
+// be decrypted straight into the job (readDirect) rather than through
+// plain. A reply crypto/tls owes the client meanwhile (to a key update) is
+// sent.
+func (t *tlsConn) fill() {
+	if t.ended {
+		return
+	}
+	if len(t.plain) == 0 {
+		if t.ls.tlsIn == nil {
+			t.ls.tlsIn = make([]byte, 0, 2*tlsRecord)
+		}
+		t.plain, t.borrowed = t.ls.tlsIn[:0], true
+	}
+	if cap(t.plain)-len(t.plain) < tlsRecord {
+		t.grow(len(t.plain) + tlsRecord)
+	}
+	n, err := t.tc.Read(t.plain[len(t.plain):cap(t.plain)])
+	t.plain = t.plain[:len(t.plain)+n]
+	t.note(err)
+}
+
+// note records what a read of crypto/tls said about the input.
+func (t *tlsConn) note(err error) {
+	switch {
+	case err == errWouldBlock:
+		t.drained = true
+	case err != nil:
+		t.ended = true
+	default:
+		t.drained = false
+	}
+	t.flushRecords()
+}
+
+// more reports whether records may wait to be decrypted: the last read
+// did not find crypto/tls and gnet out of input.
+func (t *tlsConn) more() bool { return !t.drained && !t.ended }
+
+// readDirect decrypts input straight into b, the rest of a put body, once
+// plain is all consumed; it reports the bytes read, 0 when no more input
+// is buffered (or none comes).
+func (t *tlsConn) readDirect(b []byte) int {
+	if t.ended {
+		return 0
+	}
+	n, err := t.tc.Read(b)
+	t.note(err)
+	return n
+}
+
+// grow gives plain room for want bytes, in memory of the connection's own.
+func (t *tlsConn) grow(want int) {
+	nb := make([]byte, len(t.plain), max(want, 2*cap(t.plain)))
+	copy(nb, t.plain)
+	t.plain, t.borrowed = nb, false
+}
+
+// settle ends a callback: input left in the loop's buffer is copied out.
+func (t *tlsConn) settle() {
+	switch {
+	case len(t.plain) == 0:
+		t.plain, t.borrowed = nil, false
+	case t.borrowed:
+		t.plain, t.borrowed = append([]byte(nil), t.plain...), false
+	}
+}
+
+// flushRecords hands the records written so far to gnet.
+func (t *tlsConn) flushRecords() {
+	out := &t.ls.tlsOut
+	if len(*out) > 0 {
+		_, _ = t.Conn.Write(*out)
+		*out = (*out)[:0]
+	}
+	if cap(*out) > 4<<20 {
+		*out = make([]byte, 0, 64<<10)
+	}
+}
+
+// Peek is the plaintext buffered; n must be -1, as the loop asks.
+func (t *tlsConn) Peek(int) ([]byte, error) { return t.plain, nil }
+
+// Discard consumes n bytes of plaintext.
+func (t *tlsConn) Discard(n int) (int, error) {
+	n = min(n, len(t.plain))
+	t.plain = t.plain[n:]
+	return n, nil
+}
+
+// InboundBuffered counts the plaintext and the records not yet decrypted.
+func (t *tlsConn) InboundBuffered() int { return len(t.plain) + t.Conn.InboundBuffered() }
+
+// PeerClosed: the client ended its input and all of it is decrypted.
+func (t *tlsConn) PeerClosed() bool { return t.ended }
+
+func (t *tlsConn) Write(b []byte) (int, error) {
+	bs := append(t.ls.tlsBufs[:0], b)
+	n, err := t.Writev(bs)
+	clear(bs)
+	t.ls.tlsBufs = bs[:0]
+	return n, err
+}
+
+// Writev encrypts bs into as few records as they fill (crypto/tls makes at
+// least one record per Write, so small replies share one) and hands them
+// to gnet in one write.
+func (t *tlsConn) Writev(bs [][]byte) (int, error) {
+	stage := t.ls.tlsStage[:0]
+	n := 0
+	var err error
+	for _, b := range bs {
+		n += len(b)
+		if len(stage)+len(b) <= tlsRecord {
+			stage = append(stage, b...)
+			continue
+		}
+		k := tlsRecord - len(stage)
+		stage = append(stage, b[:k]...)
+		b = b[k:]
+		if _, err = t.tc.Write(stage); err != nil {
+			break
+		}
+		stage = stage[:0]
+		if whole := len(b) - len(b)%tlsRecord; whole > 0 {
+			if _, err = t.tc.Write(b[:whole]); err != nil {
+				break
+			}
+			b = b[whole:]
+		}
+		stage = append(stage, b...)
+	}
+	if err == nil && len(stage) > 0 {
+		_, err = t.tc.Write(stage)
+	}
+	t.ls.tlsStage = stage[:0]
+	t.flushRecords()
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// Close sends close_notify, then closes the socket once gnet has written
+// what it holds.
+func (t *tlsConn) Close() error {
+	t.closeNotify()
+	return t.Conn.Close()
+}
+
+// closeNotify tells the client that the server is done: a client's TLS
+// library can then tell an orderly close from a cut connection.
+func (t *tlsConn) closeNotify() {
+	_ = t.tc.CloseWrite()
+	t.flushRecords()
+}
+
+// closeTLS closes every TLS connection with close_notify, each on its own
+// loop, before Stop closes the loops (which close sockets without a word).
+func (s *Server) closeTLS(ctx context.Context) {
+	s.mu.Lock()
+	var wg sync.WaitGroup
+	for el, ls := range s.loops {
+		wg.Add(1)
+		if el.Execute(ctx, closeAllTLS{ls, &wg}) != nil {
+			wg.Done()
+		}
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+	}
+}
+
+type closeAllTLS struct {
+	ls *loopState
+	wg *sync.WaitGroup
+}
+
+func (a closeAllTLS) Run(context.Context) error {
+	defer a.wg.Done()
+	for t := range a.ls.tlsConns {
+		_ = t.Close()
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+package loop
+
+import (
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// tap is the client's side of a test TLS connection: the socket during
+// the handshake, then the two buffers the test moves by hand.
+type tap struct {
+	net.Conn
+	live bool   // still the socket
+	out  []byte // records the client wrote after the handshake
+	in   []byte // records for the client to read
+}
+
+func (c *tap) Read(b []byte) (int, error) {
+	if c.live {
+		return c.Conn.Read(b)
+	}
+	if len(c.in) == 0 {
+		return 0, errWouldBlock // not io.EOF, which would end the session
+	}
+	n := copy(b, c.in)
+	c.in = c.in[n:]
+	return n, nil
+}
+
+func (c *tap) Write(b []byte) (int, error) {
+	if c.live {
+		return c.Conn.Write(b)
+	}
+	c.out = append(c.out, b...)
+	return len(b), nil
+}
+
+// tlsPair is a TLS session handshaken over loopback, then cut loose: the
+// server's side is a tlsConn on a framing connection, the client's a
+// tls.Conn over a tap.
+type tlsPair struct {
+	s      *Server
+	c      *conn
+	rc     *recConn
+	t      *tlsConn
+	client *tls.Conn
+	tap    *tap
+}
+
+func newTLSPair(t *testing.T, maxJob uint32) *tlsPair {
+	t.Helper()
+	certPEM, keyPEM := selfSigned(t, "127.0.0.1")
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cc, err := net.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sc.Close(); cc.Close() })
+	pipe := &recordPipe{hs: sc}
+	server := tls.Server(pipe, &tls.Config{Certificates: []tls.Certificate{pair}})
+	tp := &tap{Conn: cc, live: true}
+	// The certificate is not what this tests.
+	client := tls.Client(tp, &tls.Config{InsecureSkipVerify: true})
+	var wg sync.WaitGroup
+	var serr error
+	wg.Add(1)
+	go func() { defer wg.Done(); serr = server.Handshake() }()
+	cerr := client.Handshake()
+	wg.Wait()
+	if err := errors.Join(serr, cerr); err != nil {
+		t.Fatal(err)
+	}
+	tp.live = false
+	s, c, rc := framingServer(t, maxJob)
+	c.ls.tlsConns = make(map[*tlsConn]struct{})
+	tc := newTLSConn(rc, &tlsSession{tc: server, pipe: pipe}, c.ls)
+	c.gc = tc
+	return &tlsPair{s: s, c: c, rc: rc, t: tc, client: client, tap: tp}
+}
+
+// deliver hands the server records as gnet would, then runs what
+// OnTraffic runs.
+func (p *tlsPair) deliver(records []byte) {
+	p.rc.in = append(p.rc.in, records...)
+	for p.rc.woken = true; p.rc.woken; {
+		p.rc.woken = false
+		p.t.fill()
+		p.s.process(p.c)
+		p.t.settle()
+	}
+}
+
+// replies decrypts everything the server wrote.
+func (p *tlsPair) replies(t *testing.T) string {
+	t.Helper()
+	p.tap.in = append(p.tap.in, p.rc.out...)
+	p.rc.out = nil
+	var got []byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := p.client.Read(buf)
+		got = append(got, buf[:n]...)
+		if err == errWouldBlock {
+			return string(got)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// encrypt is script as the client's records, written in writes of the
+// given sizes (the rest in one): each write is a record of its own, or
+// several.
+func (p *tlsPair) encrypt(t *testing.T, script []byte, writes ...int) []byte {
+	t.Helper()
+	for _, n := range writes {
+		n = min(n, len(script))
+		if _, err := p.client.Write(script[:n]); err != nil {
+			t.Fatal(err)
+		}
+		script = script[n:]
+	}
+	if len(script) > 0 {
+		if _, err := p.client.Write(script); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := p.tap.out
+	p.tap.out = nil
+	return out
+}
+
+// plainReplies is what the script gets over plaintext.
+func plainReplies(t *testing.T, maxJob uint32, script []byte) string {
+	s, c, rc := framingServer(t, maxJob)
+	rc.in = bytes.Clone(script)
+	rc.run(s, c)
+	return string(rc.out)
+}
+
+// tlsScript has what framing must get right: a put, an over-long line, a
+// body without its CRLF, one over -z, pipelined commands, and a put body
+// of 40,000 bytes (past directBody, so decrypted straight into the job).
+func tlsScript() []byte {
+	big := strings.Repeat("b", 40000)
+	return []byte("put 0 0 60 5\r\nhello\r\n" +
+		strings.Repeat("x", 230) + "\r\n" +
+		"put 0 0 0 3\r\nabcde\r\n" +
+		"put 0 0 0 50001\r\n" + strings.Repeat("z", 50001) + "\r\n" +
+		"put 0 0 0 40000\r\n" + big + "\r\n" +
+		"peek-ready\r\nuse foo\r\nput 0 0 0 0\r\n\r\ndelete 1\r\npeek 3\r\nlist-tube-used\r\n")
+}
+
+// A TLS connection's replies are the plaintext replies to the same
+// commands, however the client's records are sized and however gnet's
+// reads cut them: whole, one byte at a time, or in two reads cut at any
+// byte of the first records.
+func TestTLSRepliesAreThePlaintextRepliesHoweverRecordsAreCut(t *testing.T) {
+	const maxJob = 50000
+	script := tlsScript()
+	want := plainReplies(t, maxJob, script)
+	if !strings.Contains(want, "JOB_TOO_BIG") || !strings.Contains(want, "FOUND 3 40000\r\n") {
+		t.Fatalf("the script does not test what it should: %.200q", want)
+	}
+	for _, writes := range [][]int{nil, {1, 7, 30}, {16 << 10, 3, 100 << 10}} {
+		p := newTLSPair(t, maxJob)
+		p.deliver(p.encrypt(t, script, writes...))
+		if got := p.replies(t); got != want {
+			t.Fatalf("writes %v, delivered whole: got %.300q, want %.300q", writes, got, want)
+		}
+		p = newTLSPair(t, maxJob)
+		for _, b := range p.encrypt(t, script, writes...) {
+			p.deliver([]byte{b})
+		}
+		if got := p.replies(t); got != want {
+			t.Fatalf("writes %v, delivered a byte at a time: got %.300q, want %.300q", writes, got, want)
+		}
+	}
+	small := script[:bytes.Index(script, []byte("put 0 0 0 50001"))]
+	want = plainReplies(t, maxJob, small)
+	p := newTLSPair(t, maxJob)
+	n := len(p.encrypt(t, small, 20, 20))
+	for cut := 0; cut <= n; cut++ {
+		p := newTLSPair(t, maxJob)
+		records := p.encrypt(t, small, 20, 20)
+		p.deliver(records[:cut])
+		p.deliver(records[cut:])
+		if got := p.replies(t); got != want {
+			t.Fatalf("cut at %d of %d: got %q, want %q", cut, n, got, want)
+		}
+		if p.t.plain != nil || len(p.rc.in) != 0 {
+			t.Fatalf("cut at %d: %d bytes of plaintext and %d of records left", cut, len(p.t.plain), len(p.rc.in))
+		}
+	}
+}
+
+// A connection holds no plaintext buffer between callbacks unless input
+// is left over, and never the loop's.
+func TestTLSConnectionKeepsNoBufferOfTheLoops(t *testing.T) {
+	p := newTLSPair(t, 100)
+	p.deliver(p.encrypt(t, []byte("use a\r\nput 0 0 0 1\r\nx\r\nlist-tube-u")))
+	if got := p.replies(t); got != "USING a\r\nINSERTED 1\r\n" {
+		t.Fatalf("got %q", got)
+	}
+	if string(p.t.plain) != "list-tube-u" || p.t.borrowed {
+		t.Fatalf("left %q (borrowed %v), want the incomplete line in the connection's own memory", p.t.plain, p.t.borrowed)
+	}
+	p.deliver(p.encrypt(t, []byte("sed\r\n")))
+	if got := p.replies(t); got != "USING a\r\n" {
+		t.Fatalf("got %q", got)
+	}
+	if p.t.plain != nil {
+		t.Fatalf("an idle connection holds %d bytes of buffer", cap(p.t.plain))
+	}
+}
