@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -219,7 +220,7 @@ func TestTLSServesTheSameProtocolAsPlaintext(t *testing.T) {
 	mustSend(t, c, "reserve-with-timeout 0\r\n")
 	expect(t, c, "RESERVED 3 1\r\nx\r\n")
 
-	// A body bigger than a TLS record (16 KiB) and than the bridge's buffers.
+	// A body of several TLS records (16 KiB each), opened straight into the job.
 	body := strings.Repeat("0123456789abcdef", 4000)
 	mustSend(t, c, "put 0 0 60 "+itoa(len(body))+"\r\n"+body+"\r\npeek 4\r\n")
 	expect(t, c, "INSERTED 4\r\nFOUND 4 "+itoa(len(body))+"\r\n"+body+"\r\n")
@@ -722,4 +723,66 @@ func recordTypes(b []byte) []byte {
 		types, b = append(types, b[0]), b[n:]
 	}
 	return types
+}
+
+// The protocol's limits hold on TLS connections as on plaintext ones:
+// replies a TLS client does not read are charged against the memory
+// ceiling and hold it back, a put past the ceiling is answered
+// OUT_OF_MEMORY over TLS, and a client that then reads gets every reply,
+// decrypted, in order; an over-long line is BAD_FORMAT and the connection
+// goes on.
+func TestTLSLimitsHoldAsOnPlaintext(t *testing.T) {
+	t.Parallel()
+	const (
+		limit   = 8 << 20
+		size    = 60000
+		readers = 40
+		peeks   = 100
+	)
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ts := startTLSServer(t, "--http", web, "--http-plain", "--max-job-memory", strconv.Itoa(limit))
+	base := "http://" + web
+	ctl := ts.dial(t)
+	body := string(pattern(size))
+	put(t, ctl, 0, 0, 600, body, 1)
+	reply := fmt.Sprintf("FOUND 1 %d\r\n%s\r\n", size, body)
+	var clients []*conn
+	for i := 0; i < readers; i++ {
+		c := ts.mustDialTLS(t)
+		mustSend(t, c, strings.Repeat("peek 1\r\n", peeks))
+		clients = append(clients, c)
+	}
+	jobs := memBytes(t, base, "jobs") + memBytes(t, base, "tubes")
+	waitFor(t, 6*defaultTimeout, "the unread TLS replies to reach the ceiling", func() bool {
+		alive(t, ts.server)
+		return memBytes(t, base, "replies")+jobs >= limit-2*int64(len(reply))
+	})
+	held := memBytes(t, base, "replies")
+	if bound := int64(limit + 2*(4<<20) + readers*(len(reply)+len(reply)/100)); held > bound {
+		t.Fatalf("%d TLS clients that do not read hold %d bytes of replies; want at most %d", readers, held, bound)
+	}
+	c := ts.mustDialTLS(t)
+	mustSend(t, c, "put 0 0 60 3\r\nabc\r\n")
+	expect(t, c, "OUT_OF_MEMORY\r\n")
+	mustSend(t, c, strings.Repeat("x", 300)+"\r\nlist-tube-used\r\n")
+	expect(t, c, "BAD_FORMAT\r\nUSING default\r\n")
+
+	want := strings.Repeat(reply, peeks)
+	for _, r := range clients[:4] {
+		if got := readN(t, r, len(want), 4*defaultTimeout); got != want {
+			t.Fatalf("a TLS client that reads got different replies%s", diffMsg(want, got))
+		}
+	}
+	for _, r := range clients[4:] {
+		r.nc.Close()
+	}
+	waitFor(t, 4*defaultTimeout, "the replies' charge to go back", func() bool {
+		return memBytes(t, base, "replies") == 0
+	})
+	mustSend(t, c, "put 0 0 60 3\r\nabc\r\n")
+	expect(t, c, "INSERTED 3\r\n") // the refused put took id 2, as upstream's does
 }
