@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"crypto/tls"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // tap is the client's side of a test TLS connection: the socket during
@@ -228,5 +231,79 @@ func TestTLSConnectionKeepsNoBufferOfTheLoops(t *testing.T) {
 	}
 	if p.t.plain != nil {
 		t.Fatalf("an idle connection holds %d bytes of buffer", cap(p.t.plain))
+	}
+}
+
+// randomScript is a pipelined run of commands whose replies do not depend
+// on time: puts of many sizes (past directBody and past -z too), bodies
+// without their CRLF, over-long lines, and the commands that read what
+// the puts made.
+func randomScript(rng *rand.Rand, maxJob int) []byte {
+	var b []byte
+	for n := 5 + rng.IntN(40); n > 0; n-- {
+		switch rng.IntN(10) {
+		case 0, 1, 2:
+			sizes := []int{0, 1, 100, 5000, 17000, 40000, maxJob + 1}
+			size := sizes[rng.IntN(len(sizes))]
+			body := make([]byte, size)
+			for i := range body {
+				body[i] = "ab\r\n"[rng.IntN(4)]
+			}
+			b = fmt.Appendf(b, "put %d 0 60 %d\r\n%s\r\n", rng.IntN(3), size, body)
+		case 3:
+			b = append(b, "put 0 0 60 3\r\nabcde\r\n"...)
+		case 4:
+			b = fmt.Appendf(b, "peek %d\r\n", 1+rng.IntN(8))
+		case 5:
+			b = fmt.Appendf(b, "delete %d\r\n", 1+rng.IntN(8))
+		case 6:
+			b = append(b, "reserve-with-timeout 0\r\n"...)
+		case 7:
+			tube := []string{"default", "a", "b"}[rng.IntN(3)]
+			b = fmt.Appendf(b, "use %s\r\nwatch %s\r\n", tube, tube)
+		case 8:
+			b = append(b, "peek-ready\r\nlist-tube-used\r\n"...)
+		case 9:
+			b = append(append(b, bytes.Repeat([]byte("y"), 200+rng.IntN(400))...), "\r\n"...)
+		}
+	}
+	return b
+}
+
+// randomCuts splits n bytes into pieces of random sizes, from single
+// bytes to more than a record.
+func randomCuts(rng *rand.Rand, n int) []int {
+	var cuts []int
+	for n > 0 {
+		k := min(n, []int{1, 7, 100, 4096, 16 << 10, 40000}[rng.IntN(6)])
+		cuts = append(cuts, k)
+		n -= k
+	}
+	return cuts
+}
+
+// Random pipelined scripts get over TLS exactly the replies they get over
+// plaintext, whatever sizes the client writes them in and however gnet's
+// reads cut the records.
+func TestTLSRandomScriptsGetThePlaintextReplies(t *testing.T) {
+	const maxJob = 50000
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	for i := 0; i < 200; i++ {
+		script := randomScript(rng, maxJob)
+		want := plainReplies(t, maxJob, script)
+		p := newTLSPair(t, maxJob)
+		records := p.encrypt(t, script, randomCuts(rng, len(script))...)
+		for _, k := range randomCuts(rng, len(records)) {
+			p.deliver(records[:k])
+			records = records[k:]
+		}
+		if got := p.replies(t); got != want {
+			t.Fatalf("seed %d, script %d (%d bytes): got %.300q, want %.300q", seed, i, len(script), got, want)
+		}
+		if p.t.plain != nil || len(p.rc.in) != 0 {
+			t.Fatalf("seed %d, script %d: %d bytes of plaintext and %d of records left", seed, i, len(p.t.plain), len(p.rc.in))
+		}
 	}
 }
