@@ -58,21 +58,8 @@ func TestParkedClientIsHeldBackByTCP(t *testing.T) {
 	skipUnlessBeanpole(t, "the bound on what the server reads is beanpole's")
 	t.Parallel()
 	s := startServer(t)
-	pid := s.pid()
 	c, other := s.dial(t), s.dial(t)
-	rss0 := procStatusKB(t, pid, "VmRSS")
-	mustSend(t, c, "reserve\r\n")
-	waitWaiting(t, other, 1)
-	read0, ok0 := procReadBytes(t, pid)
-
-	sent := expectFloodHeldBack(t, c, []byte(strings.Repeat(listUsed, 4096)))
-	expectFloodReadBounded(t, pid, read0, ok0)
-	peak := procStatusKB(t, pid, "VmHWM") - rss0
-	t.Logf("server RSS peak +%d kB", peak)
-	if limit := int64(32 << 10); !raceSkipsBound(t, "the RSS bound") && peak > limit {
-		t.Fatalf("server RSS peaked %d kB above its start (limit %d kB)", peak, limit)
-	}
-	roundTrip(t, other, defaultTimeout)
+	sent := floodOneParked(t, s.pid(), c, other)
 
 	// Complete a command cut by the last write, then answer the reserve:
 	// every command sent must now run, in order.
@@ -86,6 +73,28 @@ func TestParkedClientIsHeldBackByTCP(t *testing.T) {
 	expect(t, c, "RESERVED 1 3\r\njob\r\n")
 	expectRepeated(t, c, []byte(usingDflt), n, 60*time.Second)
 	roundTrip(t, c, defaultTimeout)
+}
+
+// floodOneParked parks c in reserve, then floods it with commands until TCP
+// holds it back, and checks that the server read at most a chunk past
+// what it had, that its RSS stayed flat, and that other still gets its
+// round trip. It returns the bytes written.
+func floodOneParked(t *testing.T, pid int, c, other *conn) int {
+	t.Helper()
+	rss0 := procStatusKB(t, pid, "VmRSS")
+	mustSend(t, c, "reserve\r\n")
+	waitWaiting(t, other, 1)
+	read0, ok0 := procReadBytes(t, pid)
+
+	sent := expectFloodHeldBack(t, c, []byte(strings.Repeat(listUsed, 4096)))
+	expectFloodReadBounded(t, pid, read0, ok0)
+	peak := procStatusKB(t, pid, "VmHWM") - rss0
+	t.Logf("server RSS peak +%d kB", peak)
+	if limit := int64(32 << 10); !raceSkipsBound(t, "the RSS bound") && peak > limit {
+		t.Fatalf("server RSS peaked %d kB above its start (limit %d kB)", peak, limit)
+	}
+	roundTrip(t, other, defaultTimeout)
+	return sent
 }
 
 // A slow reader is served at its own pace, never reset: one goroutine
