@@ -314,21 +314,7 @@ func TestUnreadRepliesAreChargedAndDoNotSpin(t *testing.T) {
 	)
 	s, base := startBounded(t, 1<<20, "--max-job-memory", strconv.Itoa(limit))
 	ctl := s.dial(t)
-	body := string(pattern(size))
-	put(t, ctl, 0, 0, 600, body, 1)
-	reply := fmt.Sprintf("FOUND 1 %d\r\n%s\r\n", size, body)
-	var clients []*conn
-	for i := 0; i < readers; i++ {
-		c := s.dial(t)
-		mustSend(t, c, strings.Repeat("peek 1\r\n", peeks))
-		clients = append(clients, c)
-	}
-	jobs := memBytes(t, base, "jobs") + memBytes(t, base, "tubes")
-	waitFor(t, 6*defaultTimeout, "the unread replies to reach the ceiling", func() bool {
-		alive(t, s)
-		return memBytes(t, base, "replies")+jobs >= limit-2*int64(len(reply))
-	})
-	held := memBytes(t, base, "replies")
+	clients, reply, held := unreadPeeks(t, s, base, ctl, func() *conn { return s.dial(t) }, limit, size, readers, peeks)
 	if bound := int64(limit + 2*(4<<20) + readers*len(reply)); held > bound {
 		t.Fatalf("%d clients that do not read hold %d bytes of replies; want at most %d", readers, held, bound)
 	}
@@ -375,6 +361,29 @@ func TestUnreadRepliesAreChargedAndDoNotSpin(t *testing.T) {
 		t.Fatalf("put once the replies are gone: %s", show(line))
 	}
 	alive(t, s)
+}
+
+// unreadPeeks puts a job of size bytes through ctl, has readers clients
+// (from dial) each pipeline peeks of it and read nothing, and waits until
+// their unsent replies reach the ceiling, limit. It returns the clients,
+// the reply to each peek, and what the unsent replies are charged.
+func unreadPeeks(t *testing.T, s *server, base string, ctl *conn, dial func() *conn, limit, size, readers, peeks int) ([]*conn, string, int64) {
+	t.Helper()
+	body := string(pattern(size))
+	put(t, ctl, 0, 0, 600, body, 1)
+	reply := fmt.Sprintf("FOUND 1 %d\r\n%s\r\n", size, body)
+	var clients []*conn
+	for i := 0; i < readers; i++ {
+		c := dial()
+		mustSend(t, c, strings.Repeat("peek 1\r\n", peeks))
+		clients = append(clients, c)
+	}
+	jobs := memBytes(t, base, "jobs") + memBytes(t, base, "tubes")
+	waitFor(t, 6*defaultTimeout, "the unread replies to reach the ceiling", func() bool {
+		alive(t, s)
+		return memBytes(t, base, "replies")+jobs >= int64(limit-2*len(reply))
+	})
+	return clients, reply, memBytes(t, base, "replies")
 }
 
 // A client that reads gets every byte of a reply however large: list-tubes

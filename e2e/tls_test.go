@@ -10,7 +10,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -747,21 +746,7 @@ func TestTLSLimitsHoldAsOnPlaintext(t *testing.T) {
 	ts := startTLSServer(t, "--http", web, "--http-plain", "--max-job-memory", strconv.Itoa(limit))
 	base := "http://" + web
 	ctl := ts.dial(t)
-	body := string(pattern(size))
-	put(t, ctl, 0, 0, 600, body, 1)
-	reply := fmt.Sprintf("FOUND 1 %d\r\n%s\r\n", size, body)
-	var clients []*conn
-	for i := 0; i < readers; i++ {
-		c := ts.mustDialTLS(t)
-		mustSend(t, c, strings.Repeat("peek 1\r\n", peeks))
-		clients = append(clients, c)
-	}
-	jobs := memBytes(t, base, "jobs") + memBytes(t, base, "tubes")
-	waitFor(t, 6*defaultTimeout, "the unread TLS replies to reach the ceiling", func() bool {
-		alive(t, ts.server)
-		return memBytes(t, base, "replies")+jobs >= limit-2*int64(len(reply))
-	})
-	held := memBytes(t, base, "replies")
+	clients, reply, held := unreadPeeks(t, ts.server, base, ctl, func() *conn { return ts.mustDialTLS(t) }, limit, size, readers, peeks)
 	if bound := int64(limit + 2*(4<<20) + readers*(len(reply)+len(reply)/100)); held > bound {
 		t.Fatalf("%d TLS clients that do not read hold %d bytes of replies; want at most %d", readers, held, bound)
 	}
