@@ -28,6 +28,8 @@ func (s statsSource) TLSHandshakeFailures() (uint64, bool) {
 
 func (s statsSource) TLSHandshakesShed() uint64 { return s.srv.TLSHandshakesShed() }
 
+func (s statsSource) TLSConnections() int64 { return s.srv.TLSConnections() }
+
 func (s statsSource) ServerStats(st *codec.ServerStats) { s.srv.Stats(st) }
 
 func (s statsSource) Refused() uint64 { return s.srv.Refused() }

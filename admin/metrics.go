@@ -39,10 +39,12 @@ type Source interface {
 
 // tlsSource is a Source that may serve TLS: TLSHandshakeFailures counts
 // the failed handshakes, false without a TLS listener; TLSHandshakesShed
-// the connections closed unstarted for too many handshakes in progress.
+// the connections closed unstarted for too many handshakes in progress;
+// TLSConnections the TLS connections open.
 type tlsSource interface {
 	TLSHandshakeFailures() (uint64, bool)
 	TLSHandshakesShed() uint64
+	TLSConnections() int64
 }
 
 // Metric names.
@@ -132,6 +134,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				prometheus.NewDesc("beanpole_tls_handshakes_shed_total",
 					"TLS connections (--tls-listen) closed unanswered because 1,024 handshakes, or a quarter of the open-file limit, were in progress.", nil, nil),
 				prometheus.CounterValue, float64(t.TLSHandshakesShed()))
+			ch <- prometheus.MustNewConstMetric(
+				prometheus.NewDesc("beanpole_tls_connections",
+					"TLS connections open (--tls-listen), handshake done; they count in current-connections too.", nil, nil),
+				prometheus.GaugeValue, float64(t.TLSConnections()))
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(

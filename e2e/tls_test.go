@@ -729,7 +729,8 @@ func recordTypes(b []byte) []byte {
 // ceiling and hold it back, a put past the ceiling is answered
 // OUT_OF_MEMORY over TLS, and a client that then reads gets every reply,
 // decrypted, in order; an over-long line is BAD_FORMAT and the connection
-// goes on.
+// goes on. beanpole_tls_connections counts the TLS clients as they come
+// and go.
 func TestTLSLimitsHoldAsOnPlaintext(t *testing.T) {
 	t.Parallel()
 	const (
@@ -747,6 +748,13 @@ func TestTLSLimitsHoldAsOnPlaintext(t *testing.T) {
 	base := "http://" + web
 	ctl := ts.dial(t)
 	clients, reply, held := unreadPeeks(t, ts.server, base, ctl, func() *conn { return ts.mustDialTLS(t) }, limit, size, readers, peeks)
+	tlsOpen := func() float64 {
+		n, _ := value(t, scrape(t, base), "beanpole_tls_connections", "")
+		return n
+	}
+	if n := tlsOpen(); n != readers {
+		t.Errorf("beanpole_tls_connections = %v with %d TLS clients and one plaintext", n, readers)
+	}
 	if bound := int64(limit + 2*(4<<20) + readers*(len(reply)+len(reply)/100)); held > bound {
 		t.Fatalf("%d TLS clients that do not read hold %d bytes of replies; want at most %d", readers, held, bound)
 	}
@@ -768,6 +776,7 @@ func TestTLSLimitsHoldAsOnPlaintext(t *testing.T) {
 	waitFor(t, 4*defaultTimeout, "the replies' charge to go back", func() bool {
 		return memBytes(t, base, "replies") == 0
 	})
+	waitFor(t, defaultTimeout, "beanpole_tls_connections to count the 5 TLS clients left", func() bool { return tlsOpen() == 5 })
 	mustSend(t, c, "put 0 0 60 3\r\nabc\r\n")
 	expect(t, c, "INSERTED 3\r\n") // the refused put took id 2, as upstream's does
 }

@@ -117,6 +117,8 @@ type Server struct {
 	handshakes atomic.Int64
 	tlsShed    atomic.Uint64
 	shedWarned atomic.Int64
+	// tlsOpen is how many TLS connections the loops serve.
+	tlsOpen atomic.Int64
 
 	throttled throttleSet
 

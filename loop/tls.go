@@ -79,6 +79,10 @@ func maxHandshakes() int64 {
 // TLSHandshakeFailures is how many TLS handshakes failed or timed out.
 func (s *Server) TLSHandshakeFailures() uint64 { return s.tlsFailures.Load() }
 
+// TLSConnections is how many TLS connections are open (their handshake
+// done; they are among the open connections).
+func (s *Server) TLSConnections() int64 { return s.tlsOpen.Load() }
+
 // TLSHandshakesShed is how many TLS connections were closed unstarted
 // because maxHandshakes handshakes were in progress.
 func (s *Server) TLSHandshakesShed() uint64 { return s.tlsShed.Load() }

@@ -133,6 +133,7 @@ func newTLSConn(gc gnet.Conn, s *tlsSession, ls *loopState) *tlsConn {
 	s.pipe.from, s.pipe.to = gc, &ls.tlsOut
 	t := &tlsConn{Conn: gc, tc: s.tc, pipe: s.pipe, ls: ls}
 	ls.tlsConns[t] = struct{}{}
+	ls.s.tlsOpen.Add(1)
 	return t
 }
 
@@ -140,6 +141,7 @@ func newTLSConn(gc gnet.Conn, s *tlsSession, ls *loopState) *tlsConn {
 func (t *tlsConn) closed() {
 	t.plain = nil
 	delete(t.ls.tlsConns, t)
+	t.ls.s.tlsOpen.Add(-1)
 }
 
 // fill decrypts the next record into plain, if there is one: the loop
