@@ -255,8 +255,15 @@ func (s *Server) Stop(ctx context.Context) {
 	s.mu.Unlock()
 	s.acceptWG.Wait()
 	s.closeTLS(ctx)
+	waitAtMost(ctx, func() { _ = s.cli.Stop() })
+}
+
+// waitAtMost runs f on a goroutine of its own and waits until it returns,
+// ctx is done or 5 s have passed, whichever comes first: a stop must not
+// hang on a loop that does not answer.
+func waitAtMost(ctx context.Context, f func()) {
 	done := make(chan struct{})
-	go func() { _ = s.cli.Stop(); close(done) }()
+	go func() { f(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():

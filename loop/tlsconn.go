@@ -314,13 +314,7 @@ func (s *Server) closeTLS(ctx context.Context) {
 		}
 	}
 	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	case <-time.After(5 * time.Second):
-	}
+	waitAtMost(ctx, wg.Wait)
 }
 
 type closeAllTLS struct {
