@@ -30,7 +30,7 @@ type linkProxy struct {
 
 func newLinkProxy(t *testing.T, target string) *linkProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenFresh()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -377,20 +377,32 @@ var usedPorts = struct {
 }{m: map[int]bool{}}
 
 func freePort() (int, error) {
+	l, err := listenFresh()
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// listenFresh listens on a loopback port that no other server of this
+// test process was handed: a listener on port 0 may otherwise get a port
+// that freePort gave a server which has not bound it yet.
+func listenFresh() (net.Listener, error) {
 	for {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
 		usedPorts.Lock()
 		fresh := !usedPorts.m[port]
 		usedPorts.m[port] = true
 		usedPorts.Unlock()
 		if fresh {
-			return port, nil
+			return l, nil
 		}
+		l.Close()
 	}
 }
 

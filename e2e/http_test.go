@@ -304,7 +304,7 @@ func TestHTTPPprof(t *testing.T) {
 func TestHTTPAddressInUseIsRefused(t *testing.T) {
 	skipUnlessBeanpole(t, "--http is beanpole's")
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenFresh()
 	if err != nil {
 		t.Fatal(err)
 	}
