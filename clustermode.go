@@ -36,8 +36,10 @@ const exitDeposed = 75
 // non-zero exit code on failure or when stopped while following. With
 // TLS files, SIGHUP reloads them (reloadOnSIGHUP) while following instead
 // of being ignored, and the links between nodes use mutual TLS with the
-// files loaded last.
-func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, tlsLn net.Listener, adm *admin.Server, files *loop.TLSFiles, log zerolog.Logger, stderr io.Writer) (*cluster.Node, int) {
+// files loaded last. handleSignals hands SIGUSR1, SIGTERM and SIGINT to
+// the server's own handling; it is called as soon as the node leads, so
+// a signal sent once the node says it leads is never lost.
+func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, tlsLn net.Listener, adm *admin.Server, files *loop.TLSFiles, handleSignals func(), log zerolog.Logger, stderr io.Writer) (*cluster.Node, int) {
 	var members []cluster.Member
 	if cfg.Bootstrap != "" {
 		var err error
@@ -89,6 +91,7 @@ func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, tl
 		fmt.Fprintf(stderr, "beanpole: %v\n", err)
 		return nil, 1
 	}
+	handleSignals()
 	if cfg.ClusterImport != "" {
 		if code := seed(node, cfg.ClusterImport, log, stderr); code != 0 {
 			node.Close()

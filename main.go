@@ -157,9 +157,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if code != 0 {
 		return code
 	}
+	// The server's own signal handling: drain mode, graceful stop. A
+	// cluster node takes it up once it leads, before it says so.
+	sigs := make(chan os.Signal, 4)
+	handleSignals := func() { signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT) }
 	var node *cluster.Node
 	if cfg.ClusterDir != "" {
-		if node, code = startCluster(&cfg, eng, lns, tlsLn, adm, tlsFiles, log, stderr); node == nil {
+		if node, code = startCluster(&cfg, eng, lns, tlsLn, adm, tlsFiles, handleSignals, log, stderr); node == nil {
 			return code
 		}
 	}
@@ -211,8 +215,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
+	handleSignals()
 	signal.Ignore(syscall.SIGPIPE)
 	served := make(chan error, len(lns)+1)
 	for _, ln := range lns {
