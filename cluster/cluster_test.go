@@ -525,3 +525,66 @@ func TestSnapshotIsTheStateWhenTakenWhileLaterEntriesApply(t *testing.T) {
 		t.Fatalf("the snapshot restored %d jobs (max id %d), not the %d (max id %d) it was taken with", len(got), gotMax, len(want), wantMax)
 	}
 }
+
+// A node deposed between winning an election and taking the lead (its
+// barrier cannot commit, cut off from the majority) has served nothing:
+// it waits to lead again instead of failing, and takes the lead when it
+// is handed back.
+func TestNodeDeposedBeforeItServesWaitsToLeadAgain(t *testing.T) {
+	g := newGroup(t, 3)
+	var old *Node
+	waitUntil(t, "a node to win an election", func() bool {
+		for _, nd := range g.nodes {
+			if nd.Raft.State() == raft.Leader {
+				old = nd
+				return true
+			}
+		}
+		return false
+	})
+	oi := slices.Index(g.nodes, old)
+	g.partition(oi)
+	type result struct {
+		jl  *Journal
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		jl, err := old.AwaitLeadership(context.Background())
+		got <- result{jl, err}
+	}()
+	nl, _ := g.leader(old)
+	waitUntil(t, "the cut-off node to step down", func() bool { return old.Raft.State() != raft.Leader })
+	select {
+	case r := <-got:
+		t.Fatalf("a node deposed before it served returned from AwaitLeadership: %v", r.err)
+	default:
+	}
+	g.heal()
+	waitUntil(t, "the healed node to follow the new leader", func() bool {
+		return old.Raft.AppliedIndex() >= nl.Raft.CommitIndex()
+	})
+	if err := nl.Raft.LeadershipTransferToServer(raft.ServerID(old.cfg.ID), raft.ServerAddress(g.trans[oi].LocalAddr())).Error(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil || r.jl == nil {
+			t.Fatalf("AwaitLeadership once the lead was handed back: %v", r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the node did not take the lead handed back to it in 30 s")
+	}
+}
+
+// waitUntil polls cond until it holds, for at most 30 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 30 s waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -183,21 +183,29 @@ func Open(cfg Config) (*Node, error) {
 
 // AwaitLeadership waits until this node leads and has applied every entry
 // committed before its term (a barrier), and returns the journal to give
-// the engine and the state to load it from.
+// the engine and the state to load it from. A node deposed before then
+// has served nothing, so it goes back to waiting rather than failing.
 func (n *Node) AwaitLeadership(ctx context.Context) (*Journal, error) {
-	for n.Raft.State() != raft.Leader {
-		select {
-		case <-n.leading:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	var start time.Time
+	for {
+		for n.Raft.State() != raft.Leader {
+			select {
+			case <-n.leading:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
-	}
-	if err := n.Raft.Barrier(0).Error(); err != nil {
-		return nil, fmt.Errorf("cluster: catching up before leading: %w", err)
-	}
-	start := time.Now()
-	if err := n.Raft.VerifyLeader().Error(); err != nil {
-		return nil, fmt.Errorf("cluster: confirming the lead: %w", err)
+		err := n.Raft.Barrier(0).Error()
+		if err == nil {
+			start = time.Now()
+			if err = n.Raft.VerifyLeader().Error(); err == nil {
+				break
+			}
+		}
+		// Deposed before serving anything: wait to lead again.
+		if !errors.Is(err, raft.ErrLeadershipLost) && !errors.Is(err, raft.ErrNotLeader) {
+			return nil, fmt.Errorf("cluster: taking the lead: %w", err)
+		}
 	}
 	n.confirmed.Store(&start)
 	go n.confirmLead()
