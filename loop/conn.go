@@ -20,6 +20,7 @@ type conn struct {
 	parked    bool // a reserve is waiting: input after it stays buffered
 	throttled bool // too much unsent output: input waits
 	closed    bool // OnClose ran: never touch gc again
+	fenced    bool // Fence refused a write (fenceWrites): nothing more is sent
 	// awaiting: the next command reads shared state and the connection's
 	// own binlog records are not all durable yet, so it waits for them
 	// (input after it stays buffered); see mustAwait.
@@ -167,6 +168,9 @@ func (c *conn) hold(p outPos, from, to uint64) {
 // sendHeld writes, in order, every held reply whose records are
 // acknowledged.
 func (c *conn) sendHeld() {
+	if c.ls.s.fenceWrites(c) {
+		return
+	}
 	h := &c.held
 	_, acked, failedAt := c.cl.Durability()
 	w := c.ls.iov[:0]

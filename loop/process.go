@@ -30,15 +30,18 @@ func (s *Server) process(c *conn) gnet.Action {
 	action := s.pass(c)
 	// Still waiting for the log? Ask it for a wake-up, the one place that
 	// does; if the records were acknowledged meanwhile, go round again.
-	for !c.closed && action == gnet.None {
+	for !c.closed && !c.fenced && action == gnet.None {
 		need := c.ackNeed()
 		if need == 0 || c.cl.WakeWhenAcked(need) {
 			break
 		}
 		action = s.pass(c)
 	}
-	if c.closed {
-		out.discard() // gnet closed it under a write: nothing can be sent
+	if c.closed || c.fenced {
+		out.discard() // gnet closed it under a write, or the fence: nothing can be sent
+		if !c.closed {
+			action = gnet.Close
+		}
 	} else if action == gnet.None {
 		s.chargeOutput(c)
 		if c.holdsInput && !c.waits() {
@@ -182,7 +185,7 @@ func (s *Server) pass(c *conn) gnet.Action {
 		// of them past it before it is throttled.
 		if out.full() || out.tight && !out.empty() {
 			s.send(c, off)
-			if c.closed {
+			if c.closed || c.fenced {
 				return gnet.Close
 			}
 			buf, _ = gc.Peek(-1)
@@ -209,7 +212,7 @@ done:
 	if c.heldPending() {
 		c.sendHeld()
 	}
-	if c.closed {
+	if c.closed || c.fenced {
 		return gnet.Close
 	}
 	if action == gnet.Close { // quit: what came before it is answered
@@ -262,9 +265,26 @@ func (s *Server) finishClosing(c *conn) gnet.Action {
 // that wait for the binlog are in c.held, not in the batch).
 func (s *Server) send(c *conn, consumed int) {
 	s.consume(c, consumed)
+	if s.fenceWrites(c) {
+		c.ls.out.discard()
+		return
+	}
 	if n := c.ls.out.flush(c.gc); n > 0 {
 		c.ls.bytesOut.Add(uint64(n))
 	}
+}
+
+// fenceWrites asks Fence again before replies are written: a pass can be
+// paused between the check at its start and its writes (SIGSTOP, a
+// starved process) for longer than the lease, and a reply it decided
+// before the pause, a reservation above all, may meanwhile have been
+// handed out by another leader too. Once refused, c writes nothing more
+// and its pass closes it.
+func (s *Server) fenceWrites(c *conn) bool {
+	if !c.fenced && s.Fence != nil && !s.Fence() {
+		c.fenced = true
+	}
+	return c.fenced
 }
 
 // consume discards the input c's commands consumed.
