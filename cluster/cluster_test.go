@@ -577,6 +577,51 @@ func TestNodeDeposedBeforeItServesWaitsToLeadAgain(t *testing.T) {
 	}
 }
 
+// raft's leadership notifications of a term a node lost before it took
+// the lead (it led, was cut off, led again) are still buffered when it
+// takes the lead: they must not make LostLeadership say it lost the
+// lead it holds.
+func TestStaleLeadershipNotificationsDoNotDeposeALeader(t *testing.T) {
+	g := newGroup(t, 3)
+	var old *Node
+	waitUntil(t, "a node to win an election", func() bool {
+		for _, nd := range g.nodes {
+			if nd.Raft.State() == raft.Leader {
+				old = nd
+				return true
+			}
+		}
+		return false
+	})
+	oi := slices.Index(g.nodes, old)
+	g.partition(oi)
+	nl, _ := g.leader(old)
+	waitUntil(t, "the cut-off node to step down", func() bool { return old.Raft.State() != raft.Leader })
+	g.heal()
+	waitUntil(t, "the healed node to follow the new leader", func() bool {
+		return old.Raft.AppliedIndex() >= nl.Raft.CommitIndex()
+	})
+	if err := nl.Raft.LeadershipTransferToServer(raft.ServerID(old.cfg.ID), raft.ServerAddress(g.trans[oi].LocalAddr())).Error(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the node to lead again", func() bool { return old.Raft.State() == raft.Leader })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := old.AwaitLeadership(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lost := old.LostLeadership()
+	// Stale notifications are read at once; give the watcher a heartbeat
+	// timeout to misread them, while the node keeps the lead.
+	select {
+	case <-lost:
+		if old.Raft.State() == raft.Leader {
+			t.Fatal("LostLeadership closed while the node leads in the term it took the lead in")
+		}
+	case <-time.After(old.cfg.HeartbeatTimeout):
+	}
+}
+
 // waitUntil polls cond until it holds, for at most 30 s.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()

@@ -86,6 +86,8 @@ type Node struct {
 	Fresh bool
 	// confirmed is when the last round that confirmed the lead started.
 	confirmed atomic.Pointer[time.Time]
+	// leadTerm is the term AwaitLeadership found this node leading in.
+	leadTerm atomic.Uint64
 	// handingOver: a transfer of the lead has started (TransferLeader).
 	handingOver atomic.Bool
 }
@@ -195,11 +197,16 @@ func (n *Node) AwaitLeadership(ctx context.Context) (*Journal, error) {
 				return nil, ctx.Err()
 			}
 		}
+		term := n.Raft.CurrentTerm()
 		err := n.Raft.Barrier(0).Error()
 		if err == nil {
 			start = time.Now()
 			if err = n.Raft.VerifyLeader().Error(); err == nil {
-				break
+				if n.Raft.CurrentTerm() == term {
+					n.leadTerm.Store(term)
+					break
+				}
+				continue // led again in a later term: its barrier is still to come
 			}
 		}
 		// Deposed before serving anything: wait to lead again.
@@ -269,14 +276,14 @@ func (n *Node) LeaderClient(tls bool) string {
 	return client
 }
 
-// LostLeadership is closed once this node, having led, no longer does.
+// LostLeadership is closed once this node no longer leads in the term
+// AwaitLeadership returned in. raft's notifications only wake it: those
+// of a term it lost before it could serve may still be buffered.
 func (n *Node) LostLeadership() <-chan struct{} {
 	lost := make(chan struct{})
 	go func() {
-		for n.Raft.State() == raft.Leader {
-			if leads, ok := <-n.leading; ok && !leads {
-				break
-			}
+		for n.Raft.State() == raft.Leader && n.Raft.CurrentTerm() == n.leadTerm.Load() {
+			<-n.leading
 		}
 		close(lost)
 	}()
