@@ -318,14 +318,7 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 			faults["delay the leader's links"]++
 		}
 		time.Sleep(time.Duration(300+rand.IntN(700)) * time.Millisecond)
-		waitFor(t, 30*time.Second, "a deposed leader to exit", func() bool {
-			for _, nd := range tc.nodes {
-				if !exited(nd.srv) && strings.Contains(nd.srv.out.String(), "lost the lead") {
-					return false
-				}
-			}
-			return true
-		})
+		awaitDeposedExit(t, tc)
 		restart()
 	}
 	close(stop)
@@ -384,5 +377,34 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 	}
 	for _, f := range h.failures {
 		t.Error(f)
+	}
+}
+
+// awaitDeposedExit waits for every node that said it lost the lead to
+// exit; one that does not within 30 s is sent SIGQUIT, so that the
+// goroutines it is stuck in are in its output when the test fails.
+func awaitDeposedExit(t *testing.T, tc *testCluster) {
+	t.Helper()
+	stuck := func() (out []*clusterNode) {
+		for _, nd := range tc.nodes {
+			if !exited(nd.srv) && strings.Contains(nd.srv.out.String(), "lost the lead") {
+				out = append(out, nd)
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(stuck()) > 0 {
+		if time.Now().After(deadline) {
+			for _, nd := range stuck() {
+				_ = nd.srv.cmd.Process.Signal(syscall.SIGQUIT)
+				select {
+				case <-nd.srv.exited:
+				case <-time.After(5 * time.Second):
+				}
+			}
+			t.Fatalf("a deposed leader did not exit in 30 s (sent SIGQUIT: its goroutines are in its output)")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -240,7 +240,8 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 }
 
 // Stop stops accepting (every Serve returns), then stops the event loops
-// (pending replies get a best-effort flush).
+// (pending replies get a best-effort flush); each wait is bounded
+// (waitAtMost).
 func (s *Server) Stop(ctx context.Context) {
 	if s.stopping.Swap(true) {
 		return
@@ -253,7 +254,7 @@ func (s *Server) Stop(ctx context.Context) {
 		_ = f.Close() // wakes its Serve
 	}
 	s.mu.Unlock()
-	s.acceptWG.Wait()
+	waitAtMost(ctx, s.acceptWG.Wait)
 	s.closeTLS(ctx)
 	waitAtMost(ctx, func() { _ = s.cli.Stop() })
 }
