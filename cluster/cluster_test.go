@@ -532,17 +532,7 @@ func TestSnapshotIsTheStateWhenTakenWhileLaterEntriesApply(t *testing.T) {
 // is handed back.
 func TestNodeDeposedBeforeItServesWaitsToLeadAgain(t *testing.T) {
 	g := newGroup(t, 3)
-	var old *Node
-	waitUntil(t, "a node to win an election", func() bool {
-		for _, nd := range g.nodes {
-			if nd.Raft.State() == raft.Leader {
-				old = nd
-				return true
-			}
-		}
-		return false
-	})
-	oi := slices.Index(g.nodes, old)
+	old, oi := g.elected()
 	g.partition(oi)
 	type result struct {
 		jl  *Journal
@@ -560,13 +550,7 @@ func TestNodeDeposedBeforeItServesWaitsToLeadAgain(t *testing.T) {
 		t.Fatalf("a node deposed before it served returned from AwaitLeadership: %v", r.err)
 	default:
 	}
-	g.heal()
-	waitUntil(t, "the healed node to follow the new leader", func() bool {
-		return old.Raft.AppliedIndex() >= nl.Raft.CommitIndex()
-	})
-	if err := nl.Raft.LeadershipTransferToServer(raft.ServerID(old.cfg.ID), raft.ServerAddress(g.trans[oi].LocalAddr())).Error(); err != nil {
-		t.Fatal(err)
-	}
+	g.handBack(nl, oi)
 	select {
 	case r := <-got:
 		if r.err != nil || r.jl == nil {
@@ -583,27 +567,11 @@ func TestNodeDeposedBeforeItServesWaitsToLeadAgain(t *testing.T) {
 // lead it holds.
 func TestStaleLeadershipNotificationsDoNotDeposeALeader(t *testing.T) {
 	g := newGroup(t, 3)
-	var old *Node
-	waitUntil(t, "a node to win an election", func() bool {
-		for _, nd := range g.nodes {
-			if nd.Raft.State() == raft.Leader {
-				old = nd
-				return true
-			}
-		}
-		return false
-	})
-	oi := slices.Index(g.nodes, old)
+	old, oi := g.elected()
 	g.partition(oi)
 	nl, _ := g.leader(old)
 	waitUntil(t, "the cut-off node to step down", func() bool { return old.Raft.State() != raft.Leader })
-	g.heal()
-	waitUntil(t, "the healed node to follow the new leader", func() bool {
-		return old.Raft.AppliedIndex() >= nl.Raft.CommitIndex()
-	})
-	if err := nl.Raft.LeadershipTransferToServer(raft.ServerID(old.cfg.ID), raft.ServerAddress(g.trans[oi].LocalAddr())).Error(); err != nil {
-		t.Fatal(err)
-	}
+	g.handBack(nl, oi)
 	waitUntil(t, "the node to lead again", func() bool { return old.Raft.State() == raft.Leader })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -619,6 +587,37 @@ func TestStaleLeadershipNotificationsDoNotDeposeALeader(t *testing.T) {
 			t.Fatal("LostLeadership closed while the node leads in the term it took the lead in")
 		}
 	case <-time.After(old.cfg.HeartbeatTimeout):
+	}
+}
+
+// elected waits for a node to win an election (without taking the lead:
+// AwaitLeadership is not called) and returns it with its index.
+func (g *group) elected() (*Node, int) {
+	g.t.Helper()
+	var won *Node
+	waitUntil(g.t, "a node to win an election", func() bool {
+		for _, nd := range g.nodes {
+			if nd.Raft.State() == raft.Leader {
+				won = nd
+				return true
+			}
+		}
+		return false
+	})
+	return won, slices.Index(g.nodes, won)
+}
+
+// handBack heals the group and has the leader nl hand the lead to node
+// i once i has caught up.
+func (g *group) handBack(nl *Node, i int) {
+	g.t.Helper()
+	g.heal()
+	to := g.nodes[i]
+	waitUntil(g.t, "the healed node to follow the new leader", func() bool {
+		return to.Raft.AppliedIndex() >= nl.Raft.CommitIndex()
+	})
+	if err := nl.Raft.LeadershipTransferToServer(raft.ServerID(to.cfg.ID), raft.ServerAddress(g.trans[i].LocalAddr())).Error(); err != nil {
+		g.t.Fatal(err)
 	}
 }
 
