@@ -243,46 +243,40 @@ func checkServerSocketOptions(t *testing.T, port int) {
 	t.Fatal("the server's end of the connection is not among this process's descriptors")
 }
 
-// A pass that began inside the lease but reaches its write after the lease
-// ran out (the process was paused in between) sends nothing of what it
-// decided: another leader may have handed out the same job meanwhile.
-func TestReplyDecidedInsideTheLeaseIsNotSentOutsideIt(t *testing.T) {
+// reserveWithLeases puts a job on a fenced server, lets Fence answer true
+// n more times, sends a reserve and reads what comes back.
+func reserveWithLeases(t *testing.T, n int64) (int, error) {
+	t.Helper()
 	eng := engine.New(1)
 	srv, err := New(Config{Loops: 1, MaxJobSize: 100, Version: "test", Log: zerolog.Nop()}, eng)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// leases is how many more times Fence answers true: the pass's own
-	// check at its start passes, the one before its write does not.
 	var leases atomic.Int64
 	leases.Store(1 << 30)
 	srv.Fence = func() bool { return leases.Add(-1) >= 0 }
 	c := dial(t, serve(t, srv))
 	send(t, c, "put 0 0 60 1\r\nx\r\n")
 	expect(t, c, "INSERTED 1\r\n")
-	leases.Store(1)
+	leases.Store(n)
 	send(t, c, "reserve-with-timeout 0\r\n")
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if n, err := c.Read(make([]byte, 64)); err != io.EOF {
+	return c.Read(make([]byte, 64))
+}
+
+// A pass that began inside the lease but reaches its write after the lease
+// ran out (the process was paused in between) sends nothing of what it
+// decided: another leader may have handed out the same job meanwhile.
+func TestReplyDecidedInsideTheLeaseIsNotSentOutsideIt(t *testing.T) {
+	// The pass's own check at its start passes, the one before its write
+	// does not.
+	if n, err := reserveWithLeases(t, 1); err != io.EOF {
 		t.Fatalf("a reply decided inside the lease was written outside it: %d bytes (%v), want the connection closed", n, err)
 	}
 }
 
 func TestFencedServerClosesConnectionsUnanswered(t *testing.T) {
-	eng := engine.New(1)
-	srv, err := New(Config{Loops: 1, MaxJobSize: 100, Version: "test", Log: zerolog.Nop()}, eng)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fenced atomic.Bool
-	srv.Fence = func() bool { return !fenced.Load() }
-	c := dial(t, serve(t, srv))
-	send(t, c, "put 0 0 60 1\r\nx\r\n")
-	expect(t, c, "INSERTED 1\r\n")
-	fenced.Store(true)
-	send(t, c, "reserve-with-timeout 0\r\n")
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if n, err := c.Read(make([]byte, 64)); err != io.EOF {
+	if n, err := reserveWithLeases(t, 0); err != io.EOF {
 		t.Fatalf("behind a closed fence the server answered %d bytes (%v), want the connection closed", n, err)
 	}
 }
