@@ -151,16 +151,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		eng.SetWallOffset(d)
 	}
+	// The server's own signal handling: drain mode, graceful stop. A
+	// cluster node takes it up once it leads, before it says so. A single
+	// server takes SIGUSR1 from before its replay, so that a drain asked
+	// for once the replay's log line is out is never lost (it applies
+	// when the server serves); a stop during the replay still ends it at
+	// once.
+	sigs := make(chan os.Signal, 4)
+	handleSignals := func() { signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT) }
+	if cfg.ClusterDir == "" {
+		signal.Notify(sigs, syscall.SIGUSR1)
+	}
 	// The binlog is opened after dropping privileges, as upstream does, so
 	// its files belong to the -u user.
 	blog, code := openBinlog(&cfg, eng, log, stderr)
 	if code != 0 {
 		return code
 	}
-	// The server's own signal handling: drain mode, graceful stop. A
-	// cluster node takes it up once it leads, before it says so.
-	sigs := make(chan os.Signal, 4)
-	handleSignals := func() { signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT) }
 	var node *cluster.Node
 	if cfg.ClusterDir != "" {
 		if node, code = startCluster(&cfg, eng, lns, tlsLn, adm, tlsFiles, handleSignals, log, stderr); node == nil {
