@@ -108,7 +108,10 @@ func newDashboard(s *Server, opts Options) *dashboard {
 		d.token = opts.Token
 	}
 	d.oldest = newOldestCache(func(tube []byte) (time.Duration, bool) {
-		return s.src.Load().eng.OldestReady(tube)
+		if p := s.src.Load(); p != nil {
+			return p.eng.OldestReady(tube)
+		}
+		return 0, false
 	})
 	return d
 }

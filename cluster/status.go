@@ -46,6 +46,21 @@ func (n *Node) Status() any {
 	return s
 }
 
+// Summary is the node's health for whoever asks without the token: its
+// state and whether it knows a leader, nothing an attacker could aim with.
+type Summary struct {
+	State       string `json:"state"`
+	LeaderKnown bool   `json:"leader_known"`
+	Detail      string `json:"detail"`
+}
+
+// Summary reads the node's health (GET /cluster without the token).
+func (n *Node) Summary() any {
+	_, leader := n.Raft.LeaderWithID()
+	return Summary{State: stateName(n.Raft.State()), LeaderKnown: leader != "",
+		Detail: "ids, addresses, terms and indexes need the --http-token-file token (Authorization: Bearer TOKEN)"}
+}
+
 func stateName(s raft.RaftState) string {
 	switch s {
 	case raft.Leader:

@@ -295,7 +295,7 @@ func TestClusterStatusAndJoinOverHTTPS(t *testing.T) {
 	tc.nodes = append(tc.nodes, n2)
 	tc.start(n2, append(nodeTLSArgs(t, ca, certs, n2.id), "--join", n1.http)...)
 	waitFor(t, 30*time.Second, "n2 in the configuration", func() bool {
-		out, err := status("--http", n1.http, "--tls-ca", caFile)
+		out, err := status("--http", n1.http, "--tls-ca", caFile, "--token-file", tc.token)
 		return err == nil && json.Unmarshal([]byte(out), &st) == nil && len(st.Members) == 2
 	})
 	waitFor(t, 30*time.Second, "n2 to forward to the leader", func() bool {

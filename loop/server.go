@@ -242,13 +242,23 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 // Stop stops accepting (every Serve returns), then stops the event loops
 // (pending replies get a best-effort flush); each wait is bounded
 // (waitAtMost).
-func (s *Server) Stop(ctx context.Context) {
+func (s *Server) Stop(ctx context.Context) { s.stop(ctx, true) }
+
+// StopKeepingListeners stops as Stop does, but leaves open the listeners
+// Serve and ServeTLS were given (it closes only its own duplicates of
+// them): a cluster node that loses the lead hands them back to its
+// forwarder.
+func (s *Server) StopKeepingListeners(ctx context.Context) { s.stop(ctx, false) }
+
+func (s *Server) stop(ctx context.Context, closeListeners bool) {
 	if s.stopping.Swap(true) {
 		return
 	}
 	s.mu.Lock()
 	for _, ln := range s.listeners {
-		_ = ln.Close()
+		if closeListeners {
+			_ = ln.Close()
+		}
 	}
 	for _, f := range s.acceptFiles {
 		_ = f.Close() // wakes its Serve
