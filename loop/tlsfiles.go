@@ -20,8 +20,8 @@ type TLSFiles struct {
 	// Flags name the three files in errors: --tls-cert, --tls-key and
 	// --tls-client-ca, or the links' --cluster-* (LoadLinkTLS).
 	Flags [3]string
-	cur       atomic.Pointer[tls.Config]
-	http      atomic.Pointer[tls.Config]
+	cur   atomic.Pointer[tls.Config]
+	http  atomic.Pointer[tls.Config]
 }
 
 // LoadTLS reads the files once; the error says which one is wrong.
