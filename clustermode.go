@@ -114,6 +114,7 @@ func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, tl
 	eng.Restore(jobs, maxID)
 	eng.SetJournal(jl)
 	log.Info().Str("node", cfg.NodeID).Int("jobs", len(jobs)).Uint64("max-id", maxID).Msg("cluster: leading")
+	warnFewIDs(log, maxID)
 	return node, 0
 }
 

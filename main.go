@@ -27,6 +27,7 @@ import (
 	"github.com/beanpole/beanpole/internal/memtune"
 	"github.com/beanpole/beanpole/loop"
 	"github.com/beanpole/beanpole/persist"
+	"github.com/beanpole/beanpole/record"
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/diode"
 )
@@ -410,7 +411,16 @@ func openBinlog(cfg *config.Config, eng *engine.Engine, log zerolog.Logger, stde
 	log.Info().Int("jobs", len(rec.Jobs)).Int("records", rec.Records).Int("segments", rec.Segments).
 		Uint64("max-id", rec.MaxID).Int("problems", len(rec.Problems)).Str("took", time.Since(start).Round(time.Millisecond/10).String()).
 		Msg("binlog replayed")
+	warnFewIDs(log, rec.MaxID)
 	return blog, 0
+}
+
+// warnFewIDs warns when few job ids are left after maxID, the highest
+// used (record.IDsLeft).
+func warnFewIDs(log zerolog.Logger, maxID uint64) {
+	if left, few := record.IDsLeft(maxID); few {
+		log.Warn().Uint64("max-id", maxID).Uint64("ids-left", left).Msg(record.FewIDsLeft(left))
+	}
 }
 
 // logTimeFormat is the time of every log line, console and JSON alike, of

@@ -180,7 +180,7 @@ func TestImportRefusesWhatWouldReuseIDs(t *testing.T) {
 		want string
 	}{
 		{"largest id", ut.File(7, 64, one, last),
-			"binlog.1: the record at offset 94 names job id 18446744073709551615, the largest there is: the jobs put after the import could only get ids already used"},
+			"binlog.1: the record at offset 94 names job id 18446744073709551615, the largest there is: no id would be left for a job put after the import"},
 		{"largest id past damage", append(append(ut.File(7, 0, one), 0x7f, 0x7f, 0x7f, 0x7f), ut.File(7, 64, ut.Put(2, "t", "two\r\n"), last)[4:]...),
 			"binlog.1: a record found past the damage at offset 94 names job id 18446744073709551615, the largest there is"},
 		{"version 5 header on version 7 records", mismatched,
@@ -202,4 +202,42 @@ func TestImportRefusesWhatWouldReuseIDs(t *testing.T) {
 			untouched(t, dir)
 		})
 	}
+}
+
+// Ids never wrap. A binlog naming id 2^64-3 imports with a warning that
+// only 2 ids are left; the next two puts get them, and every put after
+// that is answered INTERNAL_ERROR and makes nothing (C would hand out 0,
+// 1, 2 ... again), while the jobs there are still served. A restart on
+// that binlog says no id is left and still refuses puts.
+func TestIDsNeverWrapAfterAnImport(t *testing.T) {
+	skipUnlessBeanpole(t, "the import of an upstream binlog is beanpole's")
+	dir := upstreamDir(t, ut.File(7, 64, ut.Put(1, "t", "one\r\n"), ut.Put(math.MaxUint64-2, "t", "near\r\n")))
+	const few = "only 2 job ids are left; once they are handed out, every put is answered INTERNAL_ERROR (ids are never reused)"
+	out, code, _ := runBounded(t, time.Minute, "import", "-b", dir, "--dry-run")
+	if code != 0 || !strings.Contains(out, "the next job gets 18446744073709551614\nwarning: "+few+"\n") {
+		t.Fatalf("dry run: exit %d, want 0 and %q:\n%s", code, few, out)
+	}
+	s := startServer(t, "-b", dir)
+	c := s.dial(t)
+	put(t, c, 0, 0, 60, "a", math.MaxUint64-1)
+	put(t, c, 0, 0, 60, "b", math.MaxUint64)
+	for range 3 {
+		mustSend(t, c, "put 0 0 60 1\r\nc\r\n")
+		expect(t, c, "INTERNAL_ERROR\r\n")
+	}
+	mustSend(t, c, "peek 1\r\npeek 18446744073709551613\r\ndelete 18446744073709551614\r\npeek 0\r\n")
+	expect(t, c, "FOUND 1 3\r\none\r\nFOUND 18446744073709551613 4\r\nnear\r\nDELETED\r\nNOT_FOUND\r\n")
+	if st := stats(t, c); st["current-jobs-ready"] != "3" || st["total-jobs"] != "2" {
+		t.Errorf("stats: %s ready, %s put; want 3 and 2", st["current-jobs-ready"], st["total-jobs"])
+	}
+	// The log lines are written before the first reply, or with it.
+	crWaitLog(t, s, few)
+	crWaitLog(t, s, "every job id, up to 18446744073709551615, has been handed out")
+	s.stop()
+
+	s = startServer(t, "-b", dir)
+	c = s.dial(t)
+	mustSend(t, c, "put 0 0 60 1\r\nc\r\npeek 18446744073709551615\r\n")
+	expect(t, c, "INTERNAL_ERROR\r\nFOUND 18446744073709551615 1\r\nb\r\n")
+	crWaitLog(t, s, "every job id has been handed out: every put is answered INTERNAL_ERROR")
 }

@@ -119,6 +119,8 @@ type Server struct {
 	shedWarned atomic.Int64
 	// tlsOpen is how many TLS connections the loops serve.
 	tlsOpen atomic.Int64
+	// idsOut: a put found every job id handed out (logged once).
+	idsOut atomic.Bool
 
 	throttled throttleSet
 

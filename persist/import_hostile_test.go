@@ -96,6 +96,38 @@ func TestImportRefusesWhatWouldReuseIDs(t *testing.T) {
 	}
 }
 
+// The report says how many ids are left when few are (fewer than 2^40),
+// and says nothing of it otherwise; the import carries the highest id
+// over, so the log hands out the next one.
+func TestImportReportsFewIDsLeft(t *testing.T) {
+	for _, c := range []struct {
+		top  uint64
+		want string
+	}{
+		{math.MaxUint64 - 2, "warning: only 2 job ids are left; once they are handed out, every put is answered INTERNAL_ERROR"},
+		{math.MaxUint64 - (1<<40 - 1), "warning: only 1099511627775 job ids are left"},
+		{math.MaxUint64 - 1<<40, ""},
+	} {
+		dir := t.TempDir()
+		writeFile(t, dir, "binlog.1", ut.File(7, 64, ut.Put(1, "t", "one\r\n"), ut.Put(c.top, "t", "top\r\n")))
+		rep, err := PlanImport(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rep.String(); c.want == "" && strings.Contains(got, "warning") || !strings.Contains(got, c.want) {
+			t.Errorf("top id %d: report\n%s\nwant %q", c.top, got, c.want)
+		}
+		l, rec, err := Open(Options{Dir: dir, SegmentSize: smallSegments}, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		if rec.MaxID != c.top {
+			t.Errorf("top id %d: Open recovered max id %d", c.top, rec.MaxID)
+		}
+	}
+}
+
 // A sparse 20 GB file (a record, then a hole where beanstalkd's
 // preallocation would be) is read as far as its data goes: the hole is
 // passed over, not read as 20 GB of zeros.
