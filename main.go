@@ -395,7 +395,7 @@ func openBinlog(cfg *config.Config, eng *engine.Engine, log zerolog.Logger, stde
 	blog, rec, err := persist.Open(opts, log.With().Str("component", "binlog").Logger())
 	if err != nil {
 		// Upstream exits 10 ("failed to lock wal dir") whenever it cannot
-		// use the directory.
+		// lock the directory, 1 when it cannot replay what it holds.
 		return nil, binlogFailure(stderr, "beanpole", cfg.BinlogDir, err, config.ExitLocked)
 	}
 	for _, p := range rec.Problems {
@@ -460,7 +460,8 @@ func listenerName(ln net.Listener) string {
 // binlogFailure reports why dir could not be used as a binlog directory,
 // with what to do about it, and returns the exit code: ExitLocked when a
 // server holds it, ExitReadOnly or ExitPermission when it cannot be
-// written, 1 for a format this version cannot read, otherwise fallback.
+// written, 1 for a format this version cannot read or a binlog that
+// cannot be read once the directory is locked, otherwise fallback.
 func binlogFailure(stderr io.Writer, prog, dir string, err error, fallback int) int {
 	fmt.Fprintf(stderr, "%s: -b %s: %v\n", prog, dir, err)
 	// The switch from beanstalkd is the usual way into a directory of
@@ -479,6 +480,8 @@ func binlogFailure(stderr io.Writer, prog, dir string, err error, fallback int) 
 		fmt.Fprintf(stderr, "%s: permission denied: uid %d may not write %s or read its files; if it is beanstalkd's, `beanpole import --from %s -b /var/lib/beanpole`, run as root, imports its binlog for beanpole's user without changing it\n",
 			prog, os.Geteuid(), dir, dir)
 		return code
+	case errors.Is(err, persist.ErrUnusable):
+		return 1
 	}
 	return fallback
 }

@@ -241,3 +241,85 @@ func TestIDsNeverWrapAfterAnImport(t *testing.T) {
 	expect(t, c, "INTERNAL_ERROR\r\nFOUND 18446744073709551615 1\r\nb\r\n")
 	crWaitLog(t, s, "every job id has been handed out: every put is answered INTERNAL_ERROR")
 }
+
+// A binlog.N that is a dangling or looping symbolic link is reported and
+// skipped like any other binlog.N that is not a regular file, as C skips
+// a file it cannot open: beside upstream's binlog the import moves it
+// aside with upstream's files; beside beanpole's own log it is left where
+// it is and its number is not used again. A file that cannot be read
+// (an I/O error) stops the start with exit 1, as C's failed replay, not
+// 10, which says another server holds the directory.
+func TestBinlogSymlinksThatLeadNowhereAreSkipped(t *testing.T) {
+	skipUnlessBeanpole(t, "the import of an upstream binlog is beanpole's")
+	links := func(t *testing.T, dir string, dangling, looping int) {
+		t.Helper()
+		for _, l := range [][2]string{{"nowhere", strconv.Itoa(dangling)}, {"binlog." + strconv.Itoa(looping), strconv.Itoa(looping)}} {
+			if err := os.Symlink(l[0], filepath.Join(dir, "binlog."+l[1])); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Run("upstream", func(t *testing.T) {
+		t.Parallel()
+		dir := upstreamDir(t, ut.File(7, 64, ut.Put(1, "t", "one\r\n")))
+		links(t, dir, 2, 3)
+		skipped := []string{
+			"skipped: " + dir + `/binlog.2 is a dangling symbolic link (to "nowhere"), not a regular file: it is not read`,
+			"skipped: " + dir + `/binlog.3 is a looping symbolic link (to "binlog.3"), not a regular file: it is not read`,
+		}
+		out, code, _ := runBounded(t, time.Minute, "import", "-b", dir, "--dry-run")
+		if code != 0 || !strings.Contains(out, skipped[0]) || !strings.Contains(out, skipped[1]) || !strings.Contains(out, "1 jobs to carry over") {
+			t.Fatalf("dry run: exit %d, want 0 and both links skipped:\n%s", code, out)
+		}
+		// --from copies the regular files only: the links never reach DIR.
+		dst := t.TempDir()
+		out, code, _ = runBounded(t, time.Minute, "import", "--from", dir, "-b", dst)
+		if code != 0 || !strings.Contains(out, "1 jobs to carry over") || strings.Contains(out, "skipped") {
+			t.Fatalf("--from: exit %d, want 0 and the job:\n%s", code, out)
+		}
+		s := startServer(t, "-b", dir)
+		c := s.dial(t)
+		mustSend(t, c, "peek 1\r\n")
+		expect(t, c, "FOUND 1 3\r\none\r\n")
+		put(t, c, 0, 0, 60, "next", 2)
+		crWaitLog(t, s, strings.TrimPrefix(skipped[1], "skipped: "))
+		for _, n := range []string{"binlog.2", "binlog.3"} {
+			if st, err := os.Lstat(filepath.Join(dir, "beanstalkd-import", n)); err != nil || st.Mode()&os.ModeSymlink == 0 {
+				t.Errorf("%s was not moved aside: %v", n, err)
+			}
+		}
+	})
+	t.Run("beanpole's own", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		s := startServer(t, "-b", dir)
+		put(t, s.dial(t), 0, 0, 60, "one", 1)
+		s.stop()
+		links(t, dir, 7, 8)
+		s = startServer(t, "-b", dir)
+		c := s.dial(t)
+		mustSend(t, c, "peek 1\r\n")
+		expect(t, c, "FOUND 1 3\r\none\r\n")
+		put(t, c, 0, 0, 60, "two", 2)
+		crWaitLog(t, s, `binlog.7 offset 0: not a regular file (a dangling symbolic link (to \"nowhere\")`)
+		crWaitLog(t, s, `binlog.8 offset 0: not a regular file (a looping symbolic link (to \"binlog.8\")`)
+		for n, to := range map[string]string{"binlog.7": "nowhere", "binlog.8": "binlog.8"} {
+			if got, err := os.Readlink(filepath.Join(dir, n)); err != nil || got != to {
+				t.Errorf("%s: %q, %v; want the link to %q left as it was", n, got, err, to)
+			}
+		}
+	})
+	t.Run("unreadable", func(t *testing.T) {
+		t.Parallel()
+		if _, err := os.Stat("/proc/self/mem"); err != nil {
+			t.Skip("no /proc/self/mem to read an I/O error from")
+		}
+		dir := t.TempDir()
+		if err := os.Symlink("/proc/self/mem", filepath.Join(dir, "binlog.1")); err != nil {
+			t.Fatal(err)
+		}
+		if out, code := startOn(t, dir); code != 1 || !strings.Contains(out, "input/output error") {
+			t.Errorf("server start on a binlog.1 that cannot be read: exit %d, want 1:\n%s", code, out)
+		}
+	})
+}

@@ -63,6 +63,54 @@ func TestImportSkipsFilesThatAreNotRegular(t *testing.T) {
 	}
 }
 
+// Beside beanpole's own log, a binlog.N that is not a regular file (a
+// named pipe, which opening would wait on forever, a dangling or looping
+// symbolic link) is never opened: recovery reports it, reads the rest,
+// leaves it where it is and never gives its number to a new segment.
+func TestRecoverySkipsFilesThatAreNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	l, _ := mustOpen(t, fastOpts(dir))
+	m := newModel(t, l)
+	id := m.mustPut("t", 1, 0, []byte("one\r\n"))
+	l.Close()
+	if err := syscall.Mkfifo(filepath.Join(dir, "binlog.5"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for n, to := range map[string]string{"binlog.6": "nowhere", "binlog.7": "binlog.7"} {
+		if err := os.Symlink(to, filepath.Join(dir, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rec *Recovered
+	within(t, time.Minute, "Open", func() { l, rec = mustOpen(t, fastOpts(dir)) })
+	defer l.Close()
+	var got []string
+	for _, p := range rec.Problems {
+		got = append(got, p.String())
+	}
+	want := []string{
+		"binlog.5 offset 0: not a regular file (a named pipe (FIFO): not read, and its number is not used again)",
+		`binlog.6 offset 0: not a regular file (a dangling symbolic link (to "nowhere"): not read, and its number is not used again)`,
+		`binlog.7 offset 0: not a regular file (a looping symbolic link (to "binlog.7"): not read, and its number is not used again)`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if len(rec.Jobs) != 1 || rec.Jobs[0].ID != id {
+		t.Fatalf("recovered %d jobs, want job %d", len(rec.Jobs), id)
+	}
+	m.adopt(l, rec)
+	m.mustPut("t", 1, 0, make([]byte, 8192)) // past a segment: a new one
+	for _, n := range []string{"binlog.5", "binlog.6", "binlog.7"} {
+		if st, err := os.Lstat(filepath.Join(dir, n)); err != nil || st.Mode().IsRegular() {
+			t.Errorf("%s was replaced or removed: %v", n, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "binlog.8")); err != nil {
+		t.Errorf("the next segment is not binlog.8: %v", err)
+	}
+}
+
 // A record naming the largest job id, and a header that does not match
 // the records, are refused by the import even when damage is accepted,
 // naming the file, the offset and the id, with nothing changed.
