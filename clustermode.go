@@ -85,6 +85,7 @@ func (p *process) runNode(hup *reloader) int {
 		eng.Restore(jobs, maxID)
 		eng.SetJournal(jl)
 		log.Info().Str("node", cfg.NodeID).Int("jobs", len(jobs)).Uint64("max-id", maxID).Msg("cluster: leading")
+		warnFewIDs(log, maxID)
 		code, lost := p.serve(eng, nil, node)
 		node.StepDown(jl)
 		if !lost {

@@ -29,6 +29,7 @@ import (
 	"github.com/beanpole/beanpole/internal/memtune"
 	"github.com/beanpole/beanpole/loop"
 	"github.com/beanpole/beanpole/persist"
+	"github.com/beanpole/beanpole/record"
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/diode"
 )
@@ -477,7 +478,7 @@ func openBinlog(cfg *config.Config, eng *engine.Engine, log zerolog.Logger, stde
 	blog, rec, err := persist.Open(opts, log.With().Str("component", "binlog").Logger())
 	if err != nil {
 		// Upstream exits 10 ("failed to lock wal dir") whenever it cannot
-		// use the directory.
+		// lock the directory, 1 when it cannot replay what it holds.
 		return nil, binlogFailure(stderr, "beanpole", cfg.BinlogDir, err, config.ExitLocked)
 	}
 	for _, p := range rec.Problems {
@@ -493,7 +494,16 @@ func openBinlog(cfg *config.Config, eng *engine.Engine, log zerolog.Logger, stde
 	log.Info().Int("jobs", len(rec.Jobs)).Int("records", rec.Records).Int("segments", rec.Segments).
 		Uint64("max-id", rec.MaxID).Int("problems", len(rec.Problems)).Str("took", time.Since(start).Round(time.Millisecond/10).String()).
 		Msg("binlog replayed")
+	warnFewIDs(log, rec.MaxID)
 	return blog, 0
+}
+
+// warnFewIDs warns when few job ids are left after maxID, the highest
+// used (record.IDsLeft).
+func warnFewIDs(log zerolog.Logger, maxID uint64) {
+	if left, few := record.IDsLeft(maxID); few {
+		log.Warn().Uint64("max-id", maxID).Uint64("ids-left", left).Msg(record.FewIDsLeft(left))
+	}
 }
 
 // logTimeFormat is the time of every log line, console and JSON alike, of
@@ -533,7 +543,8 @@ func listenerName(ln net.Listener) string {
 // binlogFailure reports why dir could not be used as a binlog directory,
 // with what to do about it, and returns the exit code: ExitLocked when a
 // server holds it, ExitReadOnly or ExitPermission when it cannot be
-// written, 1 for a format this version cannot read, otherwise fallback.
+// written, 1 for a format this version cannot read or a binlog that
+// cannot be read once the directory is locked, otherwise fallback.
 func binlogFailure(stderr io.Writer, prog, dir string, err error, fallback int) int {
 	fmt.Fprintf(stderr, "%s: -b %s: %v\n", prog, dir, err)
 	// The switch from beanstalkd is the usual way into a directory of
@@ -552,6 +563,8 @@ func binlogFailure(stderr io.Writer, prog, dir string, err error, fallback int) 
 		fmt.Fprintf(stderr, "%s: permission denied: uid %d may not write %s or read its files; if it is beanstalkd's, `beanpole import --from %s -b /var/lib/beanpole`, run as root, imports its binlog for beanpole's user without changing it\n",
 			prog, os.Geteuid(), dir, dir)
 		return code
+	case errors.Is(err, persist.ErrUnusable):
+		return 1
 	}
 	return fallback
 }

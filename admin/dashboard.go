@@ -615,7 +615,8 @@ func (d *dashboard) done(w http.ResponseWriter, r *http.Request, src *sources, t
 		switch {
 		case errors.Is(err, engine.ErrNoTube), errors.Is(err, engine.ErrNoJob):
 			code = http.StatusNotFound
-		case errors.Is(err, engine.ErrNoRoom), errors.Is(err, engine.ErrLogFailed), errors.Is(err, engine.ErrNoMemory):
+		case errors.Is(err, engine.ErrNoRoom), errors.Is(err, engine.ErrLogFailed), errors.Is(err, engine.ErrNoMemory),
+			errors.Is(err, engine.ErrNoIDs):
 			code = http.StatusServiceUnavailable
 		}
 		d.fail(w, code, act+": "+err.Error())

@@ -132,7 +132,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				prometheus.CounterValue, float64(n))
 			ch <- prometheus.MustNewConstMetric(
 				prometheus.NewDesc("beanpole_tls_handshakes_shed_total",
-					"TLS connections (--tls-listen) closed unanswered because 1,024 handshakes, or a quarter of the open-file limit, were in progress.", nil, nil),
+					"TLS connections (--tls-listen) closed unanswered, or their handshakes cut short for another address's, because 1,024 handshakes, or a quarter of the open-file limit, were in progress.", nil, nil),
 				prometheus.CounterValue, float64(t.TLSHandshakesShed()))
 			ch <- prometheus.MustNewConstMetric(
 				prometheus.NewDesc("beanpole_tls_connections",
@@ -165,6 +165,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		prometheus.NewDesc("beanpole_http_connections_refused_total",
 			"HTTP connections closed as soon as accepted: past --http-max-conns, or near the open-file limit.", nil, nil),
 		prometheus.CounterValue, float64(c.http.refused.Load()))
+	ch <- prometheus.MustNewConstMetric(
+		prometheus.NewDesc("beanpole_http_connections_evicted_total",
+			"HTTP connections closed to make room for another at --http-max-conns: idle ones first, then those of an address past its share.", nil, nil),
+		prometheus.CounterValue, float64(c.http.evicted.Load()))
 	descLoop := prometheus.NewDesc("beanpole_loop_connections", "Open connections served by each event loop.", []string{"loop"}, nil)
 	for i, n := range src.LoopConnections(nil) {
 		ch <- prometheus.MustNewConstMetric(descLoop, prometheus.GaugeValue, float64(n), strconv.Itoa(i))

@@ -107,9 +107,9 @@ func Listen(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	maxConns := int64(opts.MaxConns)
+	maxConns := opts.MaxConns
 	if maxConns <= 0 {
-		maxConns = math.MaxInt64
+		maxConns = math.MaxInt
 	}
 	s := &Server{ln: &limitListener{Listener: ln, max: maxConns, reserve: opts.ReserveFDs / 2, log: opts.Log},
 		tls: opts.TLS, log: opts.Log, hist: newRing(historyLen), stop: make(chan struct{})}
@@ -147,7 +147,8 @@ func Listen(opts Options) (*Server, error) {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	s.http = &http.Server{Handler: newHostGuard(opts.Hosts, mux),
+	s.http = &http.Server{Handler: probeOnly(newHostGuard(opts.Hosts, mux)),
+		ConnState: s.ln.connState, ConnContext: connContext,
 		ReadHeaderTimeout: readTimeout, ReadTimeout: readTimeout, WriteTimeout: writeTimeout,
 		IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes,
 		ErrorLog: log.New(&errorLog{log: opts.Log}, "", 0)}

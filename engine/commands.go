@@ -9,7 +9,8 @@ import (
 
 // Put creates a job with a fresh id from NextID in the used tube. delay and
 // ttr are as given on the wire; a ttr below 1 s becomes 1 s. An error
-// (ErrNoMemory, ErrNoRoom, ErrLogFailed) means no job was made.
+// (ErrNoIDs for id 0, ErrNoMemory, ErrNoRoom, ErrLogFailed) means no job
+// was made.
 //
 // The job's memory is charged here, before anything else (memory.go): past
 // the ceiling the put is refused with ErrNoMemory. With a binlog a put
@@ -25,6 +26,9 @@ import (
 // now is the engine's clock (Engine.Now) when the put arrived: a loop
 // reads it once for all the puts of one pass.
 func (c *Client) Put(now int64, id uint64, pri uint32, delay, ttr time.Duration, body []byte) (*Job, error) {
+	if id == 0 {
+		return nil, ErrNoIDs
+	}
 	if ttr < time.Second {
 		ttr = time.Second
 	}

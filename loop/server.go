@@ -21,6 +21,7 @@ import (
 
 	"github.com/beanpole/beanpole/codec"
 	"github.com/beanpole/beanpole/engine"
+	"github.com/beanpole/beanpole/internal/share"
 	"github.com/panjf2000/gnet/v2"
 	"github.com/rs/zerolog"
 )
@@ -111,14 +112,17 @@ type Server struct {
 	stopping    atomic.Bool
 	acceptWG    sync.WaitGroup
 
-	// handshakes is how many TLS handshakes are in progress; tlsShed
-	// counts the TLS connections closed unstarted because maxHandshakes
-	// were, shedWarned is when that was last logged (see ServeTLS).
-	handshakes atomic.Int64
+	// handshakes are the TLS handshakes in progress; tlsShed counts the
+	// TLS connections closed unstarted, or cut short, because
+	// maxHandshakes were, shedWarned is when that was last logged (see
+	// ServeTLS).
+	handshakes share.Table
 	tlsShed    atomic.Uint64
 	shedWarned atomic.Int64
 	// tlsOpen is how many TLS connections the loops serve.
 	tlsOpen atomic.Int64
+	// idsOut: a put found every job id handed out (logged once).
+	idsOut atomic.Bool
 
 	throttled throttleSet
 
