@@ -532,7 +532,7 @@ func TestDocPageHasTheRunsTableCommandAndChart(t *testing.T) {
 func TestReportGivesBinariesInTheRepositoryRelative(t *testing.T) {
 	root := t.TempDir()
 	for _, f := range []struct{ path, text string }{
-		{"go.mod", "module " + repoModule + "\n\ngo 1.26\n"},
+		{"go.mod", "// the repository\nmodule " + repoModule + "\n\ngo 1.26\n"},
 		{"bench/go.mod", "module " + repoModule + "/bench\n"},
 	} {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, f.path)), 0o755); err != nil {

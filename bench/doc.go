@@ -104,9 +104,13 @@ func repoRoot(dir string) string {
 	}
 	for {
 		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil {
-			first, _, _ := strings.Cut(string(b), "\n")
-			if strings.TrimSpace(first) == "module "+repoModule {
-				return d
+			for _, line := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
+					if strings.Trim(f[1], `"`) == repoModule {
+						return d
+					}
+					break
+				}
 			}
 		}
 		up := filepath.Dir(d)

@@ -192,7 +192,8 @@ func startPrometheus(t *testing.T, bin string, jobs map[string][]string, rules s
 		}
 		exited := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(exited) }()
-		stop := func() { _ = cmd.Process.Kill(); <-exited }
+		stop := func() { _ = cmd.Process.Kill(); <-exited } // once or more
+		t.Cleanup(stop)
 		ps := &promServer{base: "http://" + addr, out: out}
 		ready := false
 		waitFor(t, 60*time.Second, "prometheus to be ready", func() bool {
@@ -210,10 +211,8 @@ func startPrometheus(t *testing.T, bin string, jobs map[string][]string, rules s
 			return ready
 		})
 		if ready {
-			t.Cleanup(stop)
 			return ps
 		}
-		stop()
 		if attempt == 3 || !strings.Contains(out.String(), "address already in use") {
 			t.Fatalf("prometheus exited:\n%s", out.String())
 		}
