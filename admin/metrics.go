@@ -11,6 +11,7 @@ import (
 	"github.com/beanpole/beanpole/engine"
 	"github.com/beanpole/beanpole/persist"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 )
 
 // Source is what the metrics are read from: the same figures `stats`,
@@ -157,6 +158,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		prometheus.CounterValue, float64(out))
 	for k := engine.MemKind(0); k < engine.NumMemKinds; k++ {
 		ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(src.Memory(k)), engine.MemKindNames[k])
+	}
+	var nofile unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile) == nil {
+		ch <- prometheus.MustNewConstMetric(
+			prometheus.NewDesc("beanpole_open_files_limit",
+				"The open-file limit (soft RLIMIT_NOFILE, read at each scrape): every connection, protocol or HTTP, takes a descriptor of it.", nil, nil),
+			prometheus.GaugeValue, float64(nofile.Cur))
 	}
 	ch <- prometheus.MustNewConstMetric(
 		prometheus.NewDesc("beanpole_http_connections", "HTTP connections open (--http).", nil, nil),
