@@ -6,7 +6,10 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Forwarder serves a follower's client listeners: each connection is
@@ -119,7 +122,7 @@ func (f *Forwarder) join(c net.Conn, tls bool) {
 	defer f.untrack(up)
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		copyConn(dst, src)
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		} else {
@@ -131,6 +134,57 @@ func (f *Forwarder) join(c net.Conn, tls bool) {
 	go pipe(c, up)
 	<-done
 	<-done
+}
+
+// copyBufs are the buffers copyConn reads into. A copy holds one only
+// while bytes are on their way, so an idle forwarded client costs no
+// buffer, and no descriptor beyond its two sockets: io.Copy between two
+// TCP connections splices, holding a pipe (two more descriptors) in each
+// direction for as long as the connection lasts.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// copyConn copies what src sends to dst until src's end or an error.
+func copyConn(dst, src net.Conn) {
+	sc, ok := src.(syscall.Conn)
+	if !ok {
+		_, _ = io.Copy(dst, src)
+		return
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	for {
+		// rc.Read waits for src to be readable each time the callback
+		// returns false, holding no buffer meanwhile.
+		var b *[]byte
+		var n int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			b = copyBufs.Get().(*[]byte)
+			for {
+				if n, rerr = unix.Read(int(fd), *b); rerr != unix.EINTR {
+					break
+				}
+			}
+			if rerr == unix.EAGAIN {
+				copyBufs.Put(b)
+				b = nil
+				return false
+			}
+			return true
+		})
+		if b == nil { // src closed while waiting
+			return
+		}
+		if err == nil && rerr == nil && n > 0 {
+			_, err = dst.Write((*b)[:n])
+		}
+		copyBufs.Put(b)
+		if err != nil || rerr != nil || n <= 0 {
+			return
+		}
+	}
 }
 
 // Stop stops accepting and closes every forwarded connection, as a
