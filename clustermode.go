@@ -68,7 +68,7 @@ func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, tl
 			return nil, code
 		}
 	}
-	fw := node.Forward(lns, tlsLn)
+	fw := node.Forward(lns, tlsLn, reserveFDs(cfg))
 	log.Info().Str("node", cfg.NodeID).Str("raft", cfg.RaftAddr).Msg("cluster: following; clients are forwarded to the leader")
 
 	// While following, a stop ends the wait; drain mode means nothing yet

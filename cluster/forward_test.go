@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // announced starts a group of three whose leader announces an echo
@@ -29,11 +31,12 @@ func announced(t *testing.T) *Node {
 	return follower
 }
 
-// forward has nd forward a new listener and returns its address.
-func forward(t *testing.T, nd *Node) string {
+// forward has nd forward a new listener with the given reserve and
+// returns the listener's address.
+func forward(t *testing.T, nd *Node, reserve int) string {
 	t.Helper()
 	ln := listenLocal(t)
-	fw := nd.Forward([]net.Listener{ln}, nil)
+	fw := nd.Forward([]net.Listener{ln}, nil, reserve)
 	t.Cleanup(fw.Stop)
 	return ln.Addr().String()
 }
@@ -119,7 +122,7 @@ func openPipes(t *testing.T) int {
 }
 
 func TestForwarderCopiesBothWaysAndPassesTheHalfClose(t *testing.T) {
-	addr := forward(t, announced(t))
+	addr := forward(t, announced(t), 0)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +143,7 @@ func TestForwarderCopiesBothWaysAndPassesTheHalfClose(t *testing.T) {
 // A forwarded client costs the follower its two sockets and nothing more:
 // no pipe held while it idles, as io.Copy's splice holds one each way.
 func TestIdleForwardedClientsHoldNoPipe(t *testing.T) {
-	addr := forward(t, announced(t))
+	addr := forward(t, announced(t), 0)
 	before := openPipes(t)
 	for i := range 16 {
 		if _, ok := echoed(t, addr); !ok {
@@ -150,4 +153,62 @@ func TestIdleForwardedClientsHoldNoPipe(t *testing.T) {
 	if after := openPipes(t); after > before {
 		t.Fatalf("16 idle forwarded clients hold %d more pipe descriptors", after-before)
 	}
+}
+
+// With a reserve that leaves room for a few clients only, those past it
+// are closed unanswered and counted, and once forwarded clients leave,
+// new ones are forwarded again.
+func TestForwarderShedsClientsPastTheReserve(t *testing.T) {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Skip(err)
+	}
+	follower := announced(t)
+	// Every number below the first free one is taken: room is what the
+	// forwarder may use above it, shared with this test's own sockets
+	// (each client is four descriptors in this process: the test's, the
+	// forwarder's two, the echo server's).
+	const room = 64
+	probe, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(probe)
+	addr := forward(t, follower, int(lim.Cur)-probe-room)
+
+	var open []net.Conn
+	shed := 0
+	for shed < 3 {
+		if len(open) > room/4 {
+			t.Fatalf("%d clients forwarded with room for %d descriptors", len(open), room)
+		}
+		c, ok := echoed(t, addr)
+		if !ok {
+			shed++
+			continue
+		}
+		if shed > 0 {
+			t.Fatalf("a client forwarded after one was shed, with nothing closed between")
+		}
+		open = append(open, c)
+	}
+	if len(open) == 0 {
+		t.Fatalf("no client forwarded")
+	}
+	if got := follower.m.forwardRefused.Load(); got != uint64(shed) {
+		t.Fatalf("forwardRefused %d, %d clients shed", got, shed)
+	}
+	if st := follower.Status().(Status); st.ForwardRefused != uint64(shed) {
+		t.Fatalf("Status().ForwardRefused %d, %d clients shed", st.ForwardRefused, shed)
+	}
+	t.Logf("%d clients forwarded, then shed", len(open))
+
+	for _, c := range open {
+		c.Close()
+	}
+	waitUntil(t, "a client forwarded again", func() bool {
+		c, ok := echoed(t, addr)
+		c.Close()
+		return ok
+	})
 }

@@ -15,6 +15,9 @@ type metrics struct {
 	apply         prometheus.Histogram // an entry's time from Apply to commit
 	snapSeconds   atomic.Uint64        // float64 bits: the last snapshot's duration
 	snapBytes     atomic.Uint64        // the last snapshot's size
+	// forwardRefused counts the clients a follower closed as soon as
+	// accepted, to keep descriptors for raft (Forwarder).
+	forwardRefused atomic.Uint64
 }
 
 func newMetrics() *metrics {
@@ -49,11 +52,12 @@ var (
 	descChg   = prometheus.NewDesc("beanpole_raft_leader_changes_total", "Leader changes this node has seen since it started.", nil, nil)
 	descSnapS = prometheus.NewDesc("beanpole_raft_snapshot_seconds", "How long this node's last snapshot took to write.", nil, nil)
 	descSnapB = prometheus.NewDesc("beanpole_raft_snapshot_bytes", "The size of this node's last snapshot.", nil, nil)
+	descFwdRf = prometheus.NewDesc("beanpole_forwarded_connections_refused_total", "Clients this node closed as soon as accepted while following, to keep descriptors for raft.", nil, nil)
 )
 
 // Describe is prometheus.Collector's.
 func (n *Node) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descState, descTerm, descLead, descComm, descAppl, descCont, descChg, descSnapS, descSnapB} {
+	for _, d := range []*prometheus.Desc{descState, descTerm, descLead, descComm, descAppl, descCont, descChg, descSnapS, descSnapB, descFwdRf} {
 		ch <- d
 	}
 	n.m.apply.Describe(ch)
@@ -88,5 +92,6 @@ func (n *Node) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descChg, prometheus.CounterValue, float64(n.m.leaderChanges.Load()))
 	ch <- prometheus.MustNewConstMetric(descSnapS, prometheus.GaugeValue, math.Float64frombits(n.m.snapSeconds.Load()))
 	ch <- prometheus.MustNewConstMetric(descSnapB, prometheus.GaugeValue, float64(n.m.snapBytes.Load()))
+	ch <- prometheus.MustNewConstMetric(descFwdRf, prometheus.CounterValue, float64(n.m.forwardRefused.Load()))
 	n.m.apply.Collect(ch)
 }
