@@ -135,7 +135,7 @@ func (p *process) openNode() (*cluster.Node, int) {
 // (stopped; the journal too if the node took the lead meanwhile).
 func (p *process) follow(node *cluster.Node) (jl *cluster.Journal, stopped bool, err error) {
 	p.adm.SetState(admin.Following)
-	fw := node.Forward(p.lns, p.tlsLn)
+	fw := node.Forward(p.lns, p.tlsLn, reserveFDs(p.cfg))
 	defer fw.Stop()
 	p.log.Info().Str("node", p.cfg.NodeID).Str("raft", p.cfg.RaftAddr).Msg("cluster: following; clients are forwarded to the leader")
 	ctx, cancel := context.WithCancel(context.Background())

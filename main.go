@@ -447,9 +447,13 @@ func (p *process) limitMemory(eng *engine.Engine, srv *loop.Server) {
 // reserveFDs is how many descriptors the server keeps free for the binlog
 // by shedding new connections near the open-file limit: a new segment,
 // its spare, the directory opened to fsync it, a file being compacted.
-// Without -b nothing needs them.
+// A cluster node keeps cluster.ReserveFDs for raft, following (the
+// forwarder) as leading. Without -b nothing needs them.
 func reserveFDs(cfg *config.Config) int {
-	if cfg.BinlogDir == "" {
+	switch {
+	case cfg.ClusterDir != "":
+		return cluster.ReserveFDs
+	case cfg.BinlogDir == "":
 		return 0
 	}
 	return 16

@@ -19,6 +19,10 @@ type Status struct {
 	AppliedIndex uint64         `json:"applied_index"`
 	LastContact  string         `json:"last_contact"` // a follower's time since it last heard the leader
 	Members      []MemberStatus `json:"members"`
+
+	// ForwardRefused counts the clients closed as soon as accepted while
+	// following, to keep descriptors for raft (Forwarder).
+	ForwardRefused uint64 `json:"forward_refused"`
 }
 
 // MemberStatus is one member of the group's configuration.
@@ -35,7 +39,7 @@ func (n *Node) Status() any {
 	_, leader := n.Raft.LeaderWithID()
 	s := Status{ID: n.cfg.ID, State: stateName(n.Raft.State()), Leader: string(leader),
 		CommitIndex: atou(st["commit_index"]), AppliedIndex: n.Raft.AppliedIndex(), Term: atou(st["term"]),
-		LastContact: st["last_contact"], Members: []MemberStatus{}}
+		LastContact: st["last_contact"], Members: []MemberStatus{}, ForwardRefused: n.m.forwardRefused.Load()}
 	if f := n.Raft.GetConfiguration(); f.Error() == nil {
 		clients := n.FSM.Clients()
 		for _, srv := range f.Configuration().Servers {

@@ -143,6 +143,7 @@ type clusterStatus struct {
 	Term              uint64
 	CommitIndex       uint64 `json:"commit_index"`
 	AppliedIndex      uint64 `json:"applied_index"`
+	ForwardRefused    uint64 `json:"forward_refused"`
 	Members           []struct {
 		ID, Raft, Client string
 		Voter            bool

@@ -38,7 +38,8 @@ type Config struct {
 	HighWater int
 	// ReserveFDs: new connections are shed (accepted and closed at once)
 	// while fewer than this many descriptors would be left under the
-	// open-file limit, so the binlog can always open its files. 0: none.
+	// open-file limit, so the binlog (or raft) can always open its files.
+	// 0: none.
 	ReserveFDs int
 }
 
