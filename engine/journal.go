@@ -54,6 +54,10 @@ type journalState struct {
 	// sets it; the writer swaps it to noWake when it wakes, so one wake is
 	// sent per request.
 	wakeAt atomic.Uint64
+	// lastPut is the seq of the client's latest put and putFloor the id
+	// of its oldest put that may not be acknowledged yet (PutsUnacked).
+	// Both belong to the client's loop.
+	lastPut, putFloor uint64
 }
 
 const noWake = ^uint64(0)
@@ -70,6 +74,19 @@ func (c *Client) Durability() (appended, acked, failedAt uint64) {
 	// failedAt is stored before acked: load acked first.
 	acked = c.acked.Load()
 	return c.appended.Load(), acked, c.failedAt.Load()
+}
+
+// PutsUnacked reports the client's puts that its log has not acknowledged
+// yet, the only changes of its own that other commands cannot see until
+// they are (every other change is made in memory as it is appended): seq
+// is the latest one's, whose acknowledgement publishes them all, and floor
+// is the lowest id any of them can have (ids grow with each put). seq is 0
+// when every put is acknowledged.
+func (c *Client) PutsUnacked() (seq, floor uint64) {
+	if c.journalState == nil || c.acked.Load() >= c.lastPut {
+		return 0, 0
+	}
+	return c.lastPut, c.putFloor
 }
 
 // WakeWhenAcked asks for a Wake once the log has acknowledged the
