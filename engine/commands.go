@@ -19,8 +19,9 @@ import (
 // heaps, where reserves, peeks and stats see it) only once its record is
 // as durable as the -f flags promise: no client can be handed a job that a
 // crash would then take back. The putting client's later commands that
-// could see the job wait for that too (PutsUnacked, the loop's rule), so
-// it never misses its own job.
+// read or change shared state wait for that too (PutsUnacked, the loop's
+// rule), so it never misses its own job and its changes are seen in the
+// order it made them.
 //
 // now is the engine's clock (Engine.Now) when the put arrived: a loop
 // reads it once for all the puts of one pass.
@@ -61,9 +62,6 @@ func (c *Client) Put(now int64, id uint64, pri uint32, delay, ttr time.Duration,
 		c.appended.Add(^uint64(0))
 		c.e.unpublished(j, int(c.shard))
 		return nil, c.e.refused(err)
-	}
-	if c.acked.Load() >= c.lastPut { // its earlier puts are all published
-		c.putFloor = id
 	}
 	c.lastPut = seq
 	return j, nil

@@ -54,10 +54,9 @@ type journalState struct {
 	// sets it; the writer swaps it to noWake when it wakes, so one wake is
 	// sent per request.
 	wakeAt atomic.Uint64
-	// lastPut is the seq of the client's latest put and putFloor the id
-	// of its oldest put that may not be acknowledged yet (PutsUnacked).
-	// Both belong to the client's loop.
-	lastPut, putFloor uint64
+	// lastPut is the seq of the client's latest put (PutsUnacked). It
+	// belongs to the client's loop.
+	lastPut uint64
 }
 
 const noWake = ^uint64(0)
@@ -76,17 +75,16 @@ func (c *Client) Durability() (appended, acked, failedAt uint64) {
 	return c.appended.Load(), acked, c.failedAt.Load()
 }
 
-// PutsUnacked reports the client's puts that its log has not acknowledged
-// yet, the only changes of its own that other commands cannot see until
-// they are (every other change is made in memory as it is appended): seq
-// is the latest one's, whose acknowledgement publishes them all, and floor
-// is the lowest id any of them can have (ids grow with each put). seq is 0
-// when every put is acknowledged.
-func (c *Client) PutsUnacked() (seq, floor uint64) {
+// PutsUnacked is the seq of the client's latest put if its log has not
+// acknowledged it yet, else 0. A put's job is published only once its
+// record is durable, so until then it is the one change of the client's
+// own that nobody can see (every other change is made in memory as it is
+// appended); its acknowledgement publishes the client's earlier puts too.
+func (c *Client) PutsUnacked() uint64 {
 	if c.journalState == nil || c.acked.Load() >= c.lastPut {
-		return 0, 0
+		return 0
 	}
-	return c.lastPut, c.putFloor
+	return c.lastPut
 }
 
 // WakeWhenAcked asks for a Wake once the log has acknowledged the

@@ -2,6 +2,7 @@ package loop
 
 import (
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -187,25 +188,28 @@ func TestPipelinedDeletesShareLogBatches(t *testing.T) {
 	}
 }
 
-// A command that could see a put of the connection's own that is not
-// durable yet still waits for it: the job is published only then, and
-// seeing it missing (or, after a failed put, seeing it at all) would be
-// seeing what the log could take back. The replies keep their order.
+// A command that reads or changes shared state waits for the
+// connection's own puts that are not durable yet: the job is published
+// only then, and seeing it missing (or, after a failed put, seeing it at
+// all) would be seeing what the log could take back; a change run before
+// it (the delete below) would be seen by others before the put it follows.
+// The replies keep their order.
 func TestCommandsWaitForTheirOwnUnackedPut(t *testing.T) {
 	l := newBatchLog(t, 0)
 	_, _, addr := batchServer(t, l, 0, 0)
 	c, other := dial(t, addr), dial(t, addr)
-	l.pause()
 	send(t, c, "put 0 0 60 1\r\nx\r\n")
-	waitUntil(t, "the put's record", func() bool { return l.appended() == 1 })
-	send(t, c, "peek 1\r\nstats-job 2\r\npeek-ready\r\nreserve-with-timeout 0\r\nlist-tube-used\r\n")
-	// Another client's round trip on the same loop: the commands above
-	// have been read meanwhile, and would have run by now if they did
-	// not wait.
-	send(t, other, "list-tube-used\r\n")
-	expect(t, other, "USING default\r\n")
+	expect(t, c, "INSERTED 1\r\n")
+	l.pause()
+	send(t, c, "put 0 0 60 1\r\ny\r\n")
+	waitUntil(t, "the put's record", func() bool { return l.appended() == 2 })
+	send(t, c, "delete 1\r\npeek 2\r\nstats-job 3\r\npeek-ready\r\nreserve-with-timeout 0\r\nlist-tube-used\r\n")
+	// Another client on the same loop: the commands above have been read
+	// by the time it is answered, and would have run if they did not wait.
+	send(t, other, "peek 1\r\n")
+	expect(t, other, "FOUND 1 1\r\nx\r\n")
 	l.resume()
-	expect(t, c, "INSERTED 1\r\nFOUND 1 1\r\nx\r\nNOT_FOUND\r\nFOUND 1 1\r\nx\r\nRESERVED 1 1\r\nx\r\nUSING default\r\n")
+	expect(t, c, "INSERTED 2\r\nDELETED\r\nFOUND 2 1\r\ny\r\nNOT_FOUND\r\nFOUND 2 1\r\ny\r\nRESERVED 2 1\r\ny\r\nUSING default\r\n")
 }
 
 // A record that fails is answered INTERNAL_ERROR, in its place among the
@@ -292,4 +296,24 @@ func TestHeldRepliesStopAtTheMemoryCeiling(t *testing.T) {
 	}
 	l.resume()
 	expect(t, c, "DELETED\r\n"+strings.Repeat(reply, n))
+}
+
+// A reserve that runs while earlier replies wait for the log and then
+// waits itself is answered TIMED_OUT when the client half-closes, behind
+// those replies.
+func TestHalfCloseTimedOutComesAfterHeldReplies(t *testing.T) {
+	l := newBatchLog(t, 0)
+	_, eng, addr := batchServer(t, l, 0, 0)
+	c := dial(t, addr)
+	send(t, c, "put 0 0 60 1\r\nx\r\n")
+	expect(t, c, "INSERTED 1\r\n")
+	l.pause()
+	send(t, c, "delete 1\r\nreserve\r\n")
+	awaitWaiting(t, eng, 1)
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	awaitWaiting(t, eng, 0)
+	l.resume()
+	expect(t, c, "DELETED\r\nTIMED_OUT\r\n")
 }

@@ -86,7 +86,9 @@ func (s *Server) pass(c *conn) gnet.Action {
 		// As upstream: a client that hangs up while its reserve waits gets
 		// TIMED_OUT, and the commands it sent after the reserve still run.
 		c.parked = false
+		p, from := c.ls.out.pos(), c.appended()
 		c.ls.out.buf = append(c.ls.out.buf, codec.RepTimedOut...)
+		s.settle(c, p, from) // behind the replies held for the log
 	}
 	if c.parked {
 		j, outcome := c.cl.TakeWakeup()
@@ -142,7 +144,7 @@ func (s *Server) pass(c *conn) gnet.Action {
 			}
 			goto done // an incomplete line, or all there is of a body
 		case codec.Line:
-			if seq := awaitFor(c, f.Status, &f.Cmd); seq != 0 || s.heldFull(c) {
+			if seq := awaitFor(c, f.Status, f.Cmd.Op); seq != 0 || s.heldFull(c) {
 				c.awaiting = true
 				c.extra().awaitSeq = seq
 				goto done // the line stays buffered until the log wakes us
@@ -323,27 +325,28 @@ func (s *Server) settle(c *conn, p outPos, from uint64) {
 // pipeline: it is the seq of c's records that must be acknowledged before
 // the command on a line may run, or 0 if it may run now.
 //
-// A client must never observe what its own unacknowledged changes could
-// still take back. A put is held back in memory until its record is
-// durable (nobody can see the job before), while a delete, release, bury
-// or kick changes memory when its record is appended, so waiting for those
-// protects nothing. What a command must wait for is therefore only c's own
-// unacknowledged puts, and only when it could see one of them if it were
-// published:
+// A connection's commands must take effect in the order they were sent,
+// for every client to see, and a client must never observe what its own
+// unacknowledged changes could still take back. A put is held back in
+// memory until its record is durable (nobody can see the job before, and
+// a failed put never existed), while a delete, release, bury or kick
+// changes memory when its record is appended. So the only thing a command
+// can overtake is c's own unacknowledged puts: a command that reads or
+// changes shared state waits for them, since it could observe them (a
+// reserve, peek or stats missing c's own job) or be observed before them
+// (another client seeing c's later delete while c's earlier put is still
+// invisible). Nothing waits for the other records:
 //
-//	command                                     waits for c's             why
-//	put use watch ignore                        nothing                   only c's own state; the tube of a
-//	list-tube-used list-tubes-watched                                     put is not changed by its ack
-//	release bury touch                          nothing                   the job must be reserved by c, and
-//	                                                                      an unacked put is nobody's
-//	peek-buried                                 nothing                   a put is never buried
-//	delete kick-job peek stats-job reserve-job  unacked puts, if the id   the job could be one of them
-//	                                            is one they could have
-//	reserve reserve-with-timeout peek-ready     unacked puts              the job, the counts or the tube's
-//	peek-delayed kick stats stats-tube                                    life could be theirs
-//	list-tubes pause-tube
-//	quit                                        every record              its close follows every reply
-//	(unknown command, bad format)               nothing                   the reply says nothing of the state
+//	command                                     waits for c's     why
+//	put use watch ignore                        nothing           they touch only c's own state (a put
+//	list-tube-used list-tubes-watched                             is published in the order of its ack)
+//	reserve reserve-with-timeout reserve-job    unacked puts      they read or change shared state,
+//	delete release bury touch kick kick-job                       which c's unacked puts have not
+//	peek peek-ready peek-delayed peek-buried                      reached yet
+//	stats stats-job stats-tube list-tubes
+//	pause-tube
+//	quit                                        every record      its close follows every reply
+//	(unknown command, bad format)               nothing           the reply says nothing of the state
 //
 // The replies keep their order anyway: a reply that follows one waiting
 // for its records is held behind it (settle), each is sent only once its
@@ -351,20 +354,16 @@ func (s *Server) settle(c *conn, p outPos, from uint64) {
 // record failed is INTERNAL_ERROR (sendHeld). So a reservation, a delete
 // or a stats reply still reaches the client only after what came before
 // it on the connection is durable, as with upstream, which writes each
-// record before it runs the next command; but the records of many
-// pipelined commands share one write, one fsync, one raft entry.
-func awaitFor(c *conn, st codec.Status, cmd *codec.Command) uint64 {
+// record before it runs the next command; but the records of pipelined
+// reserves and deletes, like those of pipelined puts, share one write,
+// one fsync, one raft entry.
+func awaitFor(c *conn, st codec.Status, op codec.Op) uint64 {
 	if st == codec.Unknown || st == codec.BadFormat {
 		return 0
 	}
-	switch awaitRules[cmd.Op] {
-	case awaitPutsByID:
-		if seq, floor := c.cl.PutsUnacked(); seq != 0 && cmd.ID >= floor {
-			return seq
-		}
+	switch awaitRules[op] {
 	case awaitPuts:
-		seq, _ := c.cl.PutsUnacked()
-		return seq
+		return c.cl.PutsUnacked()
 	case awaitAll:
 		if appended, acked, _ := c.cl.Durability(); acked < appended {
 			return appended
@@ -390,28 +389,19 @@ func (s *Server) heldFull(c *conn) bool {
 type awaitRule uint8
 
 const (
-	awaitNothing  awaitRule = iota
-	awaitPutsByID           // c's unacked puts, if cmd.ID could be one of theirs
-	awaitPuts               // c's unacked puts
-	awaitAll                // all c's records
+	awaitPuts    awaitRule = iota // c's unacked puts
+	awaitNothing                  // connection-local commands
+	awaitAll                      // all c's records
 )
 
 var awaitRules = [codec.NumOps]awaitRule{
-	codec.OpDelete:             awaitPutsByID,
-	codec.OpKickJob:            awaitPutsByID,
-	codec.OpPeek:               awaitPutsByID,
-	codec.OpStatsJob:           awaitPutsByID,
-	codec.OpReserveJob:         awaitPutsByID,
-	codec.OpReserve:            awaitPuts,
-	codec.OpReserveWithTimeout: awaitPuts,
-	codec.OpPeekReady:          awaitPuts,
-	codec.OpPeekDelayed:        awaitPuts,
-	codec.OpKick:               awaitPuts,
-	codec.OpStats:              awaitPuts,
-	codec.OpStatsTube:          awaitPuts,
-	codec.OpListTubes:          awaitPuts,
-	codec.OpPauseTube:          awaitPuts,
-	codec.OpQuit:               awaitAll,
+	codec.OpPut:              awaitNothing,
+	codec.OpUse:              awaitNothing,
+	codec.OpWatch:            awaitNothing,
+	codec.OpIgnore:           awaitNothing,
+	codec.OpListTubeUsed:     awaitNothing,
+	codec.OpListTubesWatched: awaitNothing,
+	codec.OpQuit:             awaitAll,
 }
 
 // chargeOutput brings the charge for c's unsent output (what gnet holds
