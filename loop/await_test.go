@@ -317,3 +317,25 @@ func TestHalfCloseTimedOutComesAfterHeldReplies(t *testing.T) {
 	l.resume()
 	expect(t, c, "DELETED\r\nTIMED_OUT\r\n")
 }
+
+// Held replies with bodies too large to be copied into the batch (they
+// are referenced) come back whole and in order, interleaved with the
+// header bytes held around them.
+func TestHeldRepliesWithLargeBodies(t *testing.T) {
+	const n, size = 8, 3 * inlineBody
+	l := newBatchLog(t, time.Millisecond)
+	_, _, addr := batchServer(t, l, 0, 0)
+	c := dial(t, addr)
+	var put, inserted, rsv, want strings.Builder
+	for i := 1; i <= n; i++ {
+		body := strings.Repeat(string(rune('a'+i)), size)
+		fmt.Fprintf(&put, "put 0 0 60 %d\r\n%s\r\n", size, body)
+		fmt.Fprintf(&inserted, "INSERTED %d\r\n", i)
+		fmt.Fprintf(&rsv, "reserve\r\nlist-tube-used\r\ndelete %d\r\n", i)
+		fmt.Fprintf(&want, "RESERVED %d %d\r\n%s\r\nUSING default\r\nDELETED\r\n", i, size, body)
+	}
+	send(t, c, put.String())
+	expect(t, c, inserted.String())
+	send(t, c, rsv.String())
+	expect(t, c, want.String())
+}
