@@ -21,10 +21,10 @@ type conn struct {
 	throttled bool // too much unsent output: input waits
 	closed    bool // OnClose ran: never touch gc again
 	fenced    bool // Fence refused a write (fenceWrites): nothing more is sent
-	// awaiting: the next command could observe the connection's own
-	// puts that are not durable yet, so it waits for them (awaitFor), or
-	// the connection holds as many replies as it may (Server.heldFull);
-	// input after it stays buffered.
+	// awaiting: the next command reads or changes shared state while
+	// the connection's own puts are not durable yet, so it waits for them
+	// (awaitFor), or the connection holds as many replies as it may
+	// (Server.heldFull); input after it stays buffered.
 	awaiting bool
 	// closing: every reply is written or queued in gnet; the connection
 	// closes once gnet has sent them all (or the grace time runs out).

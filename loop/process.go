@@ -385,7 +385,8 @@ func (s *Server) heldFull(c *conn) bool {
 	return c.held.cost >= int64(s.cfg.HighWater) || !s.chargeOutput(c)
 }
 
-// awaitRule is a command's row of awaitFor's table.
+// awaitRule is a command's row of awaitFor's table. awaitPuts is the zero
+// value, so a command awaitRules does not name waits: the safe side.
 type awaitRule uint8
 
 const (
