@@ -486,9 +486,13 @@ func TestClusterVariantsRunTheClusterAgainstCAndBeanpoleAlone(t *testing.T) {
 	}
 	out := renderTargets([]*VarResult{
 		{V: &Variant{Name: "cluster-c50"}, Res: [2]*CtResult{{Median: Metrics{"rate": 7400}}, {Median: Metrics{"rate": 3000}}}},
-		{V: &Variant{Name: "cluster-pipeline-c1-vs-beanpole"}, Res: [2]*CtResult{{Median: Metrics{"put.rate": 30e3}}, {Median: Metrics{"put.rate": 90e3}}}},
+		{V: &Variant{Name: "cluster-pipeline-c1-vs-beanpole"}, Res: [2]*CtResult{{Median: Metrics{"put.rate": 30e3, "drain.rate": 40e3}},
+			{Median: Metrics{"put.rate": 90e3, "drain.rate": 60e3}}}},
 	}, 500, false)
 	for _, re := range []string{`≥ 2× C -b -f 0 +cluster-c50 +2\.47x  MET`, `pipelined puts ≥ 0\.5× beanpole -b -f 0 +cluster-pipeline-c1-vs-beanpole +0\.33x  not met`,
+		`reserve\+delete ≥ 0\.6× beanpole -b -f 0 +cluster-pipeline-c1-vs-beanpole +0\.67x  MET`,
+		`reserve\+delete ≥ 0\.5× its pipelined puts +cluster-pipeline-c1-vs-beanpole +0\.67x  MET`,
+		`reserve\+delete ≥ 2× C -b -f 0 .*not measured`,
 		`round trips, 50 connections ≥ 0\.5× beanpole -b -f 0 .*not measured`} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("targets report lacks %q:\n%s", re, out)
