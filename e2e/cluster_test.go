@@ -192,10 +192,10 @@ func (tc *testCluster) transferTo(lead, to *clusterNode) {
 	}
 }
 
-// other is a node of the cluster that is not nd (the first such).
-func (tc *testCluster) other(nd *clusterNode) *clusterNode {
+// other is a node of the cluster that is none of nds (the first such).
+func (tc *testCluster) other(nds ...*clusterNode) *clusterNode {
 	for _, x := range tc.nodes {
-		if x != nd {
+		if !containsNode(nds, x) {
 			return x
 		}
 	}
