@@ -282,7 +282,7 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 		}
 	}
 	faults := map[string]int{}
-	var downtimes []time.Duration
+	downtimes := map[string][]time.Duration{}
 	end := time.Now().Add(dur)
 	for time.Now().Before(end) {
 		time.Sleep(time.Duration(800+rand.IntN(1200)) * time.Millisecond)
@@ -294,51 +294,53 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 		third := tc.other(lead, follower)
 		avail := make(chan time.Duration, 1)
 		go func() { avail <- putAgain(third.srv.addr) }()
+		var kind string
 		switch rand.IntN(9) {
 		case 0:
 			lead.srv.stop()
-			faults["kill -9 the leader"]++
+			kind = "kill -9 the leader"
 		case 1:
 			lead.srv.signal(t, syscall.SIGSTOP)
 			time.Sleep(time.Duration(1200+rand.IntN(800)) * time.Millisecond)
 			lead.srv.signal(t, syscall.SIGCONT)
-			faults["SIGSTOP, SIGCONT the leader"]++
+			kind = "SIGSTOP, SIGCONT the leader"
 		case 2:
 			follower.srv.stop()
-			faults["kill -9 a follower"]++
+			kind = "kill -9 a follower"
 		case 3:
 			pt.isolate(tc.index(lead))
 			time.Sleep(time.Duration(1000+rand.IntN(1500)) * time.Millisecond)
 			pt.heal()
-			faults["isolate the leader"]++
+			kind = "isolate the leader"
 		case 4:
 			pt.isolate(tc.index(follower))
 			time.Sleep(time.Duration(1000+rand.IntN(1500)) * time.Millisecond)
 			pt.heal()
-			faults["isolate a follower"]++
+			kind = "isolate a follower"
 		case 5:
 			pt.cut(tc.index(lead), tc.index(follower))
 			time.Sleep(time.Duration(1000+rand.IntN(1500)) * time.Millisecond)
 			pt.heal()
-			faults["cut the link leader→follower"]++
+			kind = "cut the link leader→follower"
 		case 6:
 			pt.slow(tc.index(lead), time.Duration(20+rand.IntN(180))*time.Millisecond)
 			time.Sleep(time.Duration(1000+rand.IntN(1500)) * time.Millisecond)
 			pt.heal()
-			faults["delay the leader's links"]++
+			kind = "delay the leader's links"
 		case 7:
 			pt.drop(tc.index(lead))
 			time.Sleep(time.Duration(1500+rand.IntN(1500)) * time.Millisecond)
 			pt.heal()
-			faults["drop the leader's packets (links left open)"]++
+			kind = "drop the leader's packets (links left open)"
 		case 8:
 			pt.drop(tc.index(follower))
 			time.Sleep(time.Duration(1500+rand.IntN(1500)) * time.Millisecond)
 			pt.heal()
-			faults["drop a follower's packets (links left open)"]++
+			kind = "drop a follower's packets (links left open)"
 		}
+		faults[kind]++
 		d := <-avail
-		downtimes = append(downtimes, d)
+		downtimes[kind] = append(downtimes[kind], d)
 		if d > availWithin() {
 			h.fail("a put through %s was acknowledged %v after a fault began, want within %v", third.id, d.Round(time.Millisecond), availWithin())
 		}
@@ -351,11 +353,12 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 	restart()
 	lead := tc.leader()
 	t.Logf("faults %v; %d puts and %d deletes acknowledged", faults, h.puts, h.del)
-	slices.Sort(downtimes)
-	if n := len(downtimes); n > 0 {
-		t.Logf("from a fault's start to a put acknowledged through an untouched node: p50 %v, p99 %v, max %v over %d faults",
-			downtimes[n/2].Round(time.Millisecond), downtimes[(n*99)/100].Round(time.Millisecond), downtimes[n-1].Round(time.Millisecond), n)
+	var all []time.Duration
+	for kind, ds := range downtimes {
+		all = append(all, ds...)
+		t.Logf("%s: from its start to a put acknowledged through an untouched node: %s", kind, quantiles(ds))
 	}
+	t.Logf("every fault: %s", quantiles(all))
 
 	// Drain through the leader: every acknowledged put whose delete was
 	// never sent must be there.
@@ -408,6 +411,18 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 	for _, f := range h.failures {
 		t.Error(f)
 	}
+}
+
+// quantiles says the p50, p99 and max of ds, and how many there are.
+func quantiles(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	ds = slices.Clone(ds)
+	slices.Sort(ds)
+	n := len(ds)
+	return fmt.Sprintf("p50 %v, p99 %v, max %v over %d", ds[n/2].Round(time.Millisecond),
+		ds[(n*99)/100].Round(time.Millisecond), ds[n-1].Round(time.Millisecond), n)
 }
 
 // availWithin is how soon after a single fault puts through the majority's
