@@ -339,3 +339,26 @@ func TestHeldRepliesWithLargeBodies(t *testing.T) {
 	send(t, c, rsv.String())
 	expect(t, c, want.String())
 }
+
+// A put whose line comes when the held replies are at their cap waits
+// with the rest, and is read again from its line once there is room: its
+// body is not taken for a command, nor its line for a body.
+func TestPutWaitingForRoomKeepsItsFraming(t *testing.T) {
+	const highWater, n = 1024, 400
+	l := newBatchLog(t, 0)
+	_, eng, addr := batchServer(t, l, highWater, 0)
+	c := dial(t, addr)
+	send(t, c, "put 0 0 60 1\r\nx\r\n")
+	expect(t, c, "INSERTED 1\r\n")
+	l.pause()
+	// The delete's record holds every reply after it; the puts' replies
+	// fill the cap, and a put's line finds it full.
+	script, replies := putScript(n + 1)
+	script = "delete 1\r\n" + strings.SplitN(script, "\r\n", 3)[2]
+	replies = "DELETED\r\n" + strings.SplitN(replies, "\r\n", 2)[1]
+	go func() { _, _ = c.Write([]byte(script)) }()
+	// With the cap reached, the log takes no more of c's records.
+	waitUntil(t, "the held replies' cap", func() bool { return eng.Memory(engine.MemReplies) >= highWater/2 })
+	l.resume()
+	expect(t, c, replies)
+}

@@ -147,7 +147,11 @@ func (s *Server) pass(c *conn) gnet.Action {
 			if seq := awaitFor(c, f.Status, f.Cmd.Op); seq != 0 || s.heldFull(c) {
 				c.awaiting = true
 				c.extra().awaitSeq = seq
-				goto done // the line stays buffered until the log wakes us
+				// The line stays buffered until the log wakes us, and is
+				// read again then: the decoder forgets it (a put's line
+				// has it expect the body).
+				d.Reset()
+				goto done
 			}
 			off += f.N
 			if act := s.dispatch(c, f.Status, &f.Cmd); act != gnet.None {
