@@ -170,6 +170,24 @@ func (tc *testCluster) leader(excluded ...*clusterNode) *clusterNode {
 	return found
 }
 
+// agreedLeader is the leader once every running node names it as the
+// leader in GET /cluster (a node whose output says it leads may not have
+// noticed yet that another took over on a loaded machine).
+func (tc *testCluster) agreedLeader() *clusterNode {
+	tc.t.Helper()
+	var lead *clusterNode
+	waitFor(tc.t, 60*time.Second, "every node to name one leader", func() bool {
+		lead = tc.leader()
+		for _, nd := range tc.nodes {
+			if nd.srv != nil && !exited(nd.srv) && tc.status(nd).Leader != lead.id {
+				return false
+			}
+		}
+		return tc.status(lead).State == "leader"
+	})
+	return lead
+}
+
 // leads reports whether a node's output says it leads: it said so after
 // it last said it lost the lead (a node that loses the lead follows again
 // in the same process, and may lead again).
