@@ -290,7 +290,7 @@ func TestClusterPausedLeaderNeverHandsOutAJobTheNewLeaderHandedOut(t *testing.T)
 		// Closed unanswered by the old leader, or, if its loop never took
 		// the connection over before it stopped serving, forwarded to the
 		// new one, which answers NOT_FOUND: never RESERVED.
-		if line, ok := lineOrLost(w1); ok && strings.HasPrefix(line, "RESERVED") {
+		if line, err := w1.lineBy(time.Now().Add(defaultTimeout)); err == nil && strings.HasPrefix(line, "RESERVED") {
 			t.Fatalf("round %d: the resumed old leader %s answered %q for job %d, which %s had handed out", round, lead.id, line, id, next.id)
 		}
 		waitFor(t, 30*time.Second, lead.id+" to follow", func() bool { return !leads(lead.srv.out.String()) })

@@ -21,7 +21,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -378,7 +377,8 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 		}
 		call := jh.now()
 		mustSend(t, c, "reserve-with-timeout 0\r\n")
-		line, ok := lineOrLost(c)
+		line, err := c.lineBy(time.Now().Add(defaultTimeout))
+		ok := err == nil
 		if !ok {
 			reconnect() // a reserve that may have taken effect: its job goes back
 			continue
@@ -394,7 +394,8 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 		n, _ := strconv.Atoi(f[2])
 		jh.add(jobInput{kind: opReserve, worker: drainer, id: id}, call, outOK)
 		held := jh.now()
-		body, ok := bytesOrLost(c, n+2)
+		body, err := c.readNErr(n+2, defaultTimeout)
+		ok = err == nil
 		if !ok {
 			jh.add(jobInput{kind: opLost, worker: drainer, id: id}, held, outOK)
 			reconnect()
@@ -411,7 +412,8 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 		call = jh.now()
 		mustSend(t, c, fmt.Sprintf("delete %d\r\n", id))
 		h.delSent[id] = true
-		line, ok = lineOrLost(c)
+		line, err = c.lineBy(time.Now().Add(defaultTimeout))
+		ok = err == nil
 		if !ok {
 			jh.add(jobInput{kind: opDelete, worker: drainer, id: id}, call, outUnknown)
 			jh.add(jobInput{kind: opLost, worker: drainer, id: id}, held, outOK)
@@ -441,34 +443,6 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 	for _, f := range h.failures {
 		t.Error(f)
 	}
-}
-
-// lineOrLost reads a line from c, or reports that c was lost.
-func lineOrLost(c *conn) (string, bool) {
-	deadline := time.Now().Add(defaultTimeout)
-	for {
-		if i := bytes.Index(c.buf, []byte("\r\n")); i >= 0 {
-			line := string(c.buf[:i])
-			c.buf = c.buf[i+2:]
-			return line, true
-		}
-		if err := c.fill(deadline); err != nil {
-			return "", false
-		}
-	}
-}
-
-// bytesOrLost reads n bytes from c, or reports that c was lost.
-func bytesOrLost(c *conn, n int) (string, bool) {
-	deadline := time.Now().Add(defaultTimeout)
-	for len(c.buf) < n {
-		if err := c.fill(deadline); err != nil {
-			return "", false
-		}
-	}
-	s := string(c.buf[:n])
-	c.buf = c.buf[n:]
-	return s, true
 }
 
 // quantiles says the p50, p99 and max of ds, and how many there are.
