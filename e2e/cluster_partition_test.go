@@ -7,9 +7,11 @@ package e2e
 // tests), while j binds its real --raft address. Blocking a proxy closes
 // its connections and refuses new ones, so the link is cut in that
 // direction: the RPCs i sends j fail (the replies to RPCs j sends i travel
-// on j's own connections, through the proxy j→i). Dropping leaves the
-// connections open and passes nothing either way, as a network that
-// loses every packet does: no FIN, no RST, nothing. Holding passes i's
+// on j's own connections, through the proxy j→i). Stalling leaves the
+// connections open and passes nothing on either way until it ends, as a
+// network that loses every packet for a while does: no FIN, no RST,
+// nothing (what was sent meanwhile arrives afterwards, as TCP's
+// retransmissions bring it, unless a side gave up first). Holding passes i's
 // RPCs to j but keeps j's answers until they are released, as a paused
 // i leaves them unread.
 
@@ -28,7 +30,7 @@ type linkProxy struct {
 	ln      net.Listener
 	target  string
 	delay   atomic.Int64                  // ns each chunk waits before it is passed on
-	drop    atomic.Bool                   // pass nothing, close nothing
+	stall   atomic.Pointer[chan struct{}] // everything waits until it is closed
 	hold    atomic.Pointer[chan struct{}] // answers wait until it is closed
 	mu      sync.Mutex
 	blocked bool
@@ -101,9 +103,12 @@ func (p *linkProxy) copy(dst, src net.Conn, answers bool) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !p.drop.Load() {
+		if n > 0 {
 			if d := p.delay.Load(); d > 0 {
 				time.Sleep(time.Duration(d))
+			}
+			if h := p.stall.Load(); h != nil {
+				<-*h
 			}
 			if h := p.hold.Load(); answers && h != nil {
 				<-*h
@@ -184,13 +189,14 @@ func (pt *partitions) slow(i int, d time.Duration) {
 	}
 }
 
-// drop makes node i's links, both ways, pass nothing while they stay
-// open, as a host whose network vanished without a word.
-func (pt *partitions) drop(i int) {
+// stall makes node i's links, both ways, pass nothing on while they stay
+// open, as a host whose network vanished without a word, until heal.
+func (pt *partitions) stall(i int) {
+	gate := make(chan struct{})
 	for j := range pt.links {
 		if i != j {
-			pt.links[i][j].drop.Store(true)
-			pt.links[j][i].drop.Store(true)
+			pt.links[i][j].stall.Store(&gate)
+			pt.links[j][i].stall.Store(&gate)
 		}
 	}
 }
@@ -221,7 +227,13 @@ func (pt *partitions) heal() {
 			if i != j {
 				pt.links[i][j].setBlocked(false)
 				pt.links[i][j].delay.Store(0)
-				pt.links[i][j].drop.Store(false)
+				if g := pt.links[i][j].stall.Swap(nil); g != nil {
+					select {
+					case <-*g:
+					default:
+						close(*g)
+					}
+				}
 			}
 		}
 	}
