@@ -1,0 +1,104 @@
+package e2e
+
+// What clients that send commands and never read their replies make the
+// server hold, measured as RSS, not only as the server's own count: the
+// cap on one connection's unsent replies (1 MiB and one more reply), long
+// list-tubes replies under the memory ceiling, and TLS connections against
+// their plaintext twins.
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// waitQuiet waits until the server has written nothing for 500 ms: the
+// sockets of the clients that do not read are full and every connection
+// waits.
+func waitQuiet(t *testing.T, s *server, base string) {
+	t.Helper()
+	last, since := int64(-1), time.Now()
+	waitFor(t, 10*defaultTimeout, "the server to stop writing", func() bool {
+		alive(t, s)
+		if w := writtenBytes(t, base); w != last {
+			last, since = w, time.Now()
+		}
+		return time.Since(since) >= 500*time.Millisecond
+	})
+}
+
+// smallWindow keeps what the kernel holds for a client that does not
+// read small: thousands of them with the default windows take the
+// machine's TCP memory (tcp_mem), and then the kernel stalls every
+// socket, the server's included.
+func smallWindow(t *testing.T, c *conn) {
+	t.Helper()
+	if tc, ok := c.nc.(*net.TCPConn); ok {
+		if err := tc.SetReadBuffer(16 << 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// 2,000 connections that each pipeline 100 peeks of a 60 KB job and read
+// nothing: each holds at most 1 MiB of unsent replies and one more reply,
+// as docs/limits.md says, in the server's count and in its RSS. They held
+// 3.2 MiB each, because a batch of up to 4 MiB of bodies was written to a
+// connection before its unsent output was looked at.
+func TestUnsentRepliesStayWithinTheCapPerConnection(t *testing.T) {
+	skipUnlessBeanpole(t, "the output cap is beanpole's")
+	const (
+		readers = 2000
+		size    = 60000
+		peeks   = 100
+		capped  = 1 << 20
+	)
+	s, base := startBounded(t, 0, "--max-job-memory", strconv.Itoa(8<<30))
+	ctl := s.dial(t)
+	body := string(pattern(size))
+	put(t, ctl, 0, 0, 600, body, 1)
+	reply := fmt.Sprintf("FOUND 1 %d\r\n%s\r\n", size, body)
+	pid := s.pid()
+	rss0 := procStatusKB(t, pid, "VmRSS")
+	var before time.Duration
+	for range 5 {
+		before = max(before, roundTrip(t, ctl, defaultTimeout))
+	}
+	clients := make([]*conn, 0, readers)
+	for range readers {
+		c := s.dial(t)
+		smallWindow(t, c)
+		mustSend(t, c, strings.Repeat("peek 1\r\n", peeks))
+		clients = append(clients, c)
+	}
+	waitQuiet(t, s, base)
+	var during time.Duration
+	for range 5 {
+		during = max(during, roundTrip(t, ctl, 4*defaultTimeout))
+	}
+	held := memBytes(t, base, "replies")
+	rss := procStatusKB(t, pid, "VmRSS")
+	perConn := float64(rss-rss0) * 1024 / readers
+	t.Logf("%d clients not reading: replies counted %d bytes (%.0f KiB each), VmRSS %d kB -> %d kB (%.0f KiB each); another client's round trip %v before, %v during",
+		readers, held, float64(held)/readers/1024, rss0, rss, perConn/1024, before, during)
+	bound := float64(capped + len(reply))
+	if per := float64(held) / readers; per > bound {
+		t.Fatalf("each connection holds %.0f bytes of unsent replies on average; the cap is %d and one reply of %d", per, capped, len(reply))
+	}
+	if raceSkipsBound(t, "VmRSS per connection") {
+		return
+	}
+	// gnet keeps unsent bodies in buffers rounded up to a power of two
+	// (60,000 bytes in 64 KiB), and the runtime has its slack.
+	if perConn > 1.25*bound {
+		t.Fatalf("VmRSS grew by %.0f KiB per connection that does not read; want at most %.0f", perConn/1024, 1.25*bound/1024)
+	}
+	// A client that reads gets every reply, in order.
+	want := strings.Repeat(reply, peeks)
+	if got := readN(t, clients[0], len(want), 4*defaultTimeout); got != want {
+		t.Fatalf("a client that reads got different replies%s", diffMsg(want, got))
+	}
+}
