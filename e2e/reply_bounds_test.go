@@ -102,3 +102,62 @@ func TestUnsentRepliesStayWithinTheCapPerConnection(t *testing.T) {
 		t.Fatalf("a client that reads got different replies%s", diffMsg(want, got))
 	}
 }
+
+// 100 connections that each send list-tubes four times, with 100,000
+// tubes of 200-byte names (a 20 MB reply), and read nothing: under a
+// 256 MiB ceiling the replies used to be built and counted regardless
+// (1.2 GiB counted, 3.5 GB RSS) until, under an address-space limit, the
+// server died growing a 32 MiB ring buffer. A reply that does not fit
+// under the ceiling is now answered OUT_OF_MEMORY, as beanstalkd answers
+// when malloc fails; the server stays up, within the ceiling in its count
+// and its RSS, and serves another client at once.
+func TestListTubesToNonReadersStaysUnderTheCeiling(t *testing.T) {
+	skipUnlessBeanpole(t, "--max-job-memory is beanpole's")
+	const (
+		limit     = 256 << 20
+		attackers = 100
+		watchers  = 500
+		each      = 200
+	)
+	s, base := startBounded(t, 1536<<10, "--max-job-memory", strconv.Itoa(limit))
+	watchTubes(t, s, watchers, each)
+	ctl := s.dial(t)
+	mustSend(t, ctl, "list-tubes\r\n")
+	n := 0
+	if head := readLineWithin(t, ctl, time.Minute); func() bool { _, err := fmt.Sscanf(head, "OK %d", &n); return err != nil }() {
+		t.Fatalf("list-tubes: %s", show(head))
+	}
+	readN(t, ctl, n+2, time.Minute)
+	pid := s.pid()
+	rss0 := procStatusKB(t, pid, "VmRSS")
+	var before time.Duration
+	for range 5 {
+		before = max(before, roundTrip(t, ctl, defaultTimeout))
+	}
+	for range attackers {
+		c := s.dial(t)
+		smallWindow(t, c)
+		mustSend(t, c, strings.Repeat("list-tubes\r\n", 4))
+	}
+	waitQuiet(t, s, base)
+	var during time.Duration
+	for range 5 {
+		during = max(during, roundTrip(t, ctl, 4*defaultTimeout))
+	}
+	held := memBytes(t, base, "replies")
+	rss := procStatusKB(t, pid, "VmRSS")
+	t.Logf("%d clients not reading list-tubes of %d bytes: replies counted %d MiB, VmRSS %d MB -> %d MB (HWM %d MB); another client's round trip %v before, %v during",
+		attackers, n, held>>20, rss0>>10, rss>>10, procStatusKB(t, pid, "VmHWM")>>10, before, during)
+	if held > limit {
+		t.Fatalf("the unsent list-tubes replies are counted %d bytes, past the %d-byte ceiling", held, limit)
+	}
+	mustSend(t, ctl, "list-tubes\r\n")
+	expectWithin(t, ctl, "OUT_OF_MEMORY\r\n", 4*defaultTimeout)
+	alive(t, s)
+	if !raceSkipsBound(t, "VmRSS") {
+		// The replies in gnet's 64 KiB nodes, and the runtime's slack.
+		if grown := (rss - rss0) << 10; grown > limit+limit/2 {
+			t.Fatalf("VmRSS grew by %d MiB under a %d MiB ceiling", grown>>20, limit>>20)
+		}
+	}
+}
