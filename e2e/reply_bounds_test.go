@@ -48,10 +48,20 @@ func smallWindow(t *testing.T, c *conn) {
 	}
 }
 
+// slowestRoundTrip is the slowest of five round trips on c.
+func slowestRoundTrip(t *testing.T, c *conn, d time.Duration) time.Duration {
+	t.Helper()
+	var worst time.Duration
+	for range 5 {
+		worst = max(worst, roundTrip(t, c, d))
+	}
+	return worst
+}
+
 // 2,000 connections that each pipeline 100 peeks of a 60 KB job and read
 // nothing: each holds at most 1 MiB of unsent replies and one more reply,
 // as docs/limits.md says, in the server's count and in its RSS. They held
-// 3.2 MiB each, because a batch of up to 4 MiB of bodies was written to a
+// 3.3 MiB each, because a batch of up to 4 MiB of bodies was written to a
 // connection before its unsent output was looked at.
 func TestUnsentRepliesStayWithinTheCapPerConnection(t *testing.T) {
 	skipUnlessBeanpole(t, "the output cap is beanpole's")
@@ -68,10 +78,7 @@ func TestUnsentRepliesStayWithinTheCapPerConnection(t *testing.T) {
 	reply := fmt.Sprintf("FOUND 1 %d\r\n%s\r\n", size, body)
 	pid := s.pid()
 	rss0 := procStatusKB(t, pid, "VmRSS")
-	var before time.Duration
-	for range 5 {
-		before = max(before, roundTrip(t, ctl, defaultTimeout))
-	}
+	before := slowestRoundTrip(t, ctl, defaultTimeout)
 	clients := make([]*conn, 0, readers)
 	for range readers {
 		c := s.dial(t)
@@ -80,10 +87,7 @@ func TestUnsentRepliesStayWithinTheCapPerConnection(t *testing.T) {
 		clients = append(clients, c)
 	}
 	waitQuiet(t, s, base)
-	var during time.Duration
-	for range 5 {
-		during = max(during, roundTrip(t, ctl, 4*defaultTimeout))
-	}
+	during := slowestRoundTrip(t, ctl, 4*defaultTimeout)
 	held := memBytes(t, base, "replies")
 	rss := procStatusKB(t, pid, "VmRSS")
 	perConn := float64(rss-rss0) * 1024 / readers
@@ -135,20 +139,14 @@ func TestListTubesToNonReadersStaysUnderTheCeiling(t *testing.T) {
 	readN(t, ctl, n+2, time.Minute)
 	pid := s.pid()
 	rss0 := procStatusKB(t, pid, "VmRSS")
-	var before time.Duration
-	for range 5 {
-		before = max(before, roundTrip(t, ctl, defaultTimeout))
-	}
+	before := slowestRoundTrip(t, ctl, defaultTimeout)
 	for range attackers {
 		c := s.dial(t)
 		smallWindow(t, c)
 		mustSend(t, c, strings.Repeat("list-tubes\r\n", 4))
 	}
 	waitQuiet(t, s, base)
-	var during time.Duration
-	for range 5 {
-		during = max(during, roundTrip(t, ctl, 4*defaultTimeout))
-	}
+	during := slowestRoundTrip(t, ctl, 4*defaultTimeout)
 	held := memBytes(t, base, "replies")
 	rss := procStatusKB(t, pid, "VmRSS")
 	t.Logf("%d clients not reading list-tubes of %d bytes: replies counted %d MiB, VmRSS %d MB -> %d MB (HWM %d MB); another client's round trip %v before, %v during",
