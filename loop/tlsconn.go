@@ -84,8 +84,13 @@ func (p *recordPipe) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-// recordHeader is a TLS record's header: type, version, length.
-const recordHeader = 5
+// recordHeader is a TLS record's header: type, version, length;
+// maxRecord is the most a record may carry after it (TLS 1.2's bound,
+// above TLS 1.3's).
+const (
+	recordHeader = 5
+	maxRecord    = tlsRecord + 2048
+)
 
 // wholeRecords is how many bytes of buf are complete TLS records. Only
 // those are handed to crypto/tls: a record still arriving stays in gnet's
@@ -93,10 +98,17 @@ const recordHeader = 5
 // line still arriving (InboundBuffered, the input budget), instead of in
 // crypto/tls's, which nothing counts. Once the client has ended its
 // input, the rest is handed over too, for crypto/tls to report.
+//
+// A header announcing more than any record may hold is handed over at
+// once, for crypto/tls to refuse, rather than waiting for its bytes.
 func wholeRecords(buf []byte) int {
 	n := 0
 	for len(buf)-n >= recordHeader {
-		end := n + recordHeader + (int(buf[n+3])<<8 | int(buf[n+4]))
+		size := int(buf[n+3])<<8 | int(buf[n+4])
+		if size > maxRecord {
+			return n + recordHeader
+		}
+		end := n + recordHeader + size
 		if end > len(buf) {
 			break
 		}

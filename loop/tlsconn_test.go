@@ -329,3 +329,14 @@ func TestTLSPartialRecordIsCountedAsInput(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 }
+
+// A record header announcing more than a record may hold ends the
+// connection's input at once, as crypto/tls refuses it, instead of
+// waiting for its 64 KiB.
+func TestTLSOversizedRecordHeaderIsRefusedAtOnce(t *testing.T) {
+	p := newTLSPair(t, 100)
+	p.deliver([]byte{23, 3, 3, 0xff, 0xff, 'x'})
+	if !p.t.ended {
+		t.Fatalf("a header announcing 65,535 bytes: the connection still waits for them (%d bytes buffered)", p.t.InboundBuffered())
+	}
+}
