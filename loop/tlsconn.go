@@ -39,8 +39,8 @@ func (wouldBlock) Temporary() bool { return true }
 // recordPipe is the net.Conn under a connection's tls.Conn. During the
 // handshake, which runs on a goroutine of its own with a deadline, it is
 // the accepted socket itself (hs); from the handoff on, its reads take
-// what gnet read (from) and its writes append to the loop's record
-// buffer (to), which tlsConn hands to gnet.
+// the whole records gnet read (from) and its writes append to the loop's
+// record buffer (to), which tlsConn hands to gnet.
 type recordPipe struct {
 	hs   net.Conn
 	from gnet.Conn
