@@ -141,19 +141,45 @@ func AppendJobStats(dst []byte, j *JobStats) []byte {
 // `list-tubes-watched`: one "- <name>\n" line per tube, in the given order.
 // Names are not quoted, in 1.13 either.
 func AppendTubeList(dst []byte, names [][]byte) []byte {
+	dst = slices.Grow(dst, TubeListSize(names))
+	dst = AppendTubeListHead(dst, names)
+	for _, name := range names {
+		dst = AppendTubeListItem(dst, name)
+	}
+	return AppendTubeListEnd(dst)
+}
+
+// AppendTubeListHead, then AppendTubeListItem for each name, then
+// AppendTubeListEnd append what AppendTubeList does, for a caller that
+// writes a long list out a part at a time.
+func AppendTubeListHead(dst []byte, names [][]byte) []byte {
 	// The length is easy to know up front here, so no move is needed.
+	dst = AppendOKHeader(dst, uint64(tubeListPayload(names)))
+	return append(dst, yamlStart...)
+}
+
+// AppendTubeListItem appends one name's line of a tube list.
+func AppendTubeListItem(dst, name []byte) []byte {
+	dst = append(dst, "- "...)
+	dst = append(dst, name...)
+	return append(dst, '\n')
+}
+
+// AppendTubeListEnd ends a tube list.
+func AppendTubeListEnd(dst []byte) []byte { return append(dst, crlf...) }
+
+// TubeListSize is the length of AppendTubeList's reply for names.
+func TubeListSize(names [][]byte) int {
+	n := tubeListPayload(names)
+	return len("OK ") + decimalLen(uint64(n)) + len(crlf) + n + len(crlf)
+}
+
+func tubeListPayload(names [][]byte) int {
 	n := len(yamlStart)
 	for _, name := range names {
 		n += len("- \n") + len(name)
 	}
-	dst = AppendOKHeader(dst, uint64(n))
-	dst = append(dst, yamlStart...)
-	for _, name := range names {
-		dst = append(dst, "- "...)
-		dst = append(dst, name...)
-		dst = append(dst, '\n')
-	}
-	return append(dst, crlf...)
+	return n
 }
 
 // frameOK turns the payload dst[start:] into a complete reply: it appends

@@ -399,6 +399,30 @@ func TestLargeReplyReachesAReadingClient(t *testing.T) {
 		each  = 200
 	)
 	s := startServer(t)
+	watchTubes(t, s, conns, each)
+
+	c := s.dial(t)
+	mustSend(t, c, "list-tubes\r\n")
+	head := readLineWithin(t, c, time.Minute)
+	var n int
+	if _, err := fmt.Sscanf(head, "OK %d", &n); err != nil {
+		t.Fatalf("list-tubes: %s", show(head))
+	}
+	if n < 64<<20 {
+		t.Fatalf("list-tubes of %d tubes is only %d bytes", conns*each+1, n)
+	}
+	body := readN(t, c, n+2, 2*time.Minute)
+	if !strings.HasPrefix(body, "---\n- default\n") || !strings.HasSuffix(body, "\n\r\n") ||
+		strings.Count(body, "\n- ") != conns*each+1 {
+		t.Fatalf("list-tubes of %d bytes: %d tubes listed, want %d and default", n, strings.Count(body, "\n- ")-1, conns*each)
+	}
+	roundTrip(t, c, defaultTimeout)
+}
+
+// watchTubes has conns connections watch each tubes of their own, with
+// 200-byte names; the tubes live as long as the connections do.
+func watchTubes(t *testing.T, s *server, conns, each int) {
+	t.Helper()
 	tube := func(w, i int) string {
 		prefix := fmt.Sprintf("%d-%d-", w, i)
 		return prefix + strings.Repeat("n", 200-len(prefix))
@@ -449,21 +473,4 @@ func TestLargeReplyReachesAReadingClient(t *testing.T) {
 			t.Fatalf("watching the tubes: %v", err)
 		}
 	}
-
-	c := s.dial(t)
-	mustSend(t, c, "list-tubes\r\n")
-	head := readLineWithin(t, c, time.Minute)
-	var n int
-	if _, err := fmt.Sscanf(head, "OK %d", &n); err != nil {
-		t.Fatalf("list-tubes: %s", show(head))
-	}
-	if n < 64<<20 {
-		t.Fatalf("list-tubes of %d tubes is only %d bytes", conns*each+1, n)
-	}
-	body := readN(t, c, n+2, 2*time.Minute)
-	if !strings.HasPrefix(body, "---\n- default\n") || !strings.HasSuffix(body, "\n\r\n") ||
-		strings.Count(body, "\n- ") != conns*each+1 {
-		t.Fatalf("list-tubes of %d bytes: %d tubes listed, want %d and default", n, strings.Count(body, "\n- ")-1, conns*each)
-	}
-	roundTrip(t, c, defaultTimeout)
 }

@@ -285,13 +285,10 @@ func (c *conn) ackNeed() uint64 {
 	return 0
 }
 
-// writeBufs writes bufs in writev calls of at most maxIOV slices.
+// writeBufs writes bufs (writeChunks).
 func (c *conn) writeBufs(bufs [][]byte) {
-	for sent := 0; sent < len(bufs) && !c.closed; {
-		n := min(len(bufs)-sent, maxIOV)
-		w, _ := c.gc.Writev(bufs[sent : sent+n])
-		c.ls.bytesOut.Add(uint64(w))
-		sent += n
+	if !c.closed {
+		c.ls.bytesOut.Add(uint64(c.ls.writeChunks(c.gc, bufs)))
 	}
 }
 

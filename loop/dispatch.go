@@ -134,7 +134,7 @@ func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Act
 		}
 	case codec.OpListTubes:
 		c.ls.tubes = s.eng.AppendTubeNames(c.ls.tubes[:0])
-		out.buf = codec.AppendTubeList(out.buf, c.ls.tubes)
+		s.tubeList(c, c.ls.tubes)
 		clear(c.ls.tubes)
 	case codec.OpListTubeUsed:
 		out.buf = codec.AppendUsing(out.buf, cl.Used().NameBytes())
@@ -143,13 +143,55 @@ func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Act
 		for _, t := range cl.Watched() {
 			names = append(names, t.NameBytes())
 		}
-		out.buf = codec.AppendTubeList(out.buf, names)
+		s.tubeList(c, names)
 		clear(names)
 		c.ls.tubes = names
 	case codec.OpQuit:
 		return gnet.Close
 	}
 	return gnet.None
+}
+
+// bigReply: a reply built from a list (list-tubes) longer than this is
+// built only if it fits under the memory ceiling.
+const bigReply = 64 << 10
+
+// tubeList answers list-tubes or list-tubes-watched. A list whose reply
+// would not fit under the memory ceiling, with the unsent replies and
+// everything else charged, is not built: it is answered OUT_OF_MEMORY, as
+// upstream answers when malloc fails. One that fits is charged as unsent
+// output once the socket has taken what it takes (chargeOutput), so
+// non-readers that repeat it reach the ceiling and are answered
+// OUT_OF_MEMORY from there on instead of piling copies of it up. A long
+// list is written out a chunk at a time as it is built (unless replies
+// wait for the binlog ahead of it), so the only copy of it is the one gnet
+// keeps of what the socket has not taken.
+func (s *Server) tubeList(c *conn, names [][]byte) {
+	out := &c.ls.out
+	n := int64(codec.TubeListSize(names))
+	if n <= bigReply {
+		out.buf = codec.AppendTubeList(out.buf, names)
+		return
+	}
+	if !s.eng.Charge(c.ls.shard, engine.MemReplies, n) {
+		out.buf = append(out.buf, codec.RepOutOfMemory...)
+		return
+	}
+	s.eng.Uncharge(c.ls.shard, engine.MemReplies, n)
+	stream := !c.heldPending()
+	out.buf = codec.AppendTubeListHead(out.buf, names)
+	for _, name := range names {
+		out.buf = codec.AppendTubeListItem(out.buf, name)
+		if stream && len(out.buf) >= chunk {
+			if s.send(c, 0); c.closed || c.fenced {
+				return // the pass discards the rest
+			}
+		}
+	}
+	out.buf = codec.AppendTubeListEnd(out.buf)
+	if stream {
+		out.room = 0 // the pass charges what gnet kept before the next command
+	}
 }
 
 func (s *Server) ok(out *output, ok bool, reply []byte) {

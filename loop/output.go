@@ -20,6 +20,11 @@ type output struct {
 	// once it holds a few MiB, so one pass of pipelined peeks of big jobs
 	// cannot make gnet copy gigabytes before the output caps are checked.
 	bodies int
+	// room is how many bytes the batch may hold before it is written:
+	// what the connection's unsent output leaves of its high-water mark
+	// (pass sets it), so that a client that does not read holds at most
+	// the mark and one more reply.
+	room int
 	// tight: the loop's last charge for unsent output did not fit under
 	// the memory ceiling (chargeOutput). Until one fits again, each reply
 	// is written on its own.
@@ -63,24 +68,57 @@ func (o *output) body(b []byte) {
 }
 
 func (o *output) full() bool {
-	return len(o.iov) >= maxIOV || len(o.buf) >= 256<<10 || o.bodies >= 4<<20
+	return len(o.iov) >= maxIOV || len(o.buf) >= 256<<10 || o.bodies >= 4<<20 || len(o.buf)+o.bodies >= o.room
 }
 
 // flush writes everything batched so far to c, resets the batch and
 // reports the bytes gnet took. The bodies are referenced, not copied: gnet
-// copies only what the kernel does not take at once.
-func (o *output) flush(c gnet.Conn) (n int) {
-	if len(o.iov) == 0 {
-		if len(o.buf) > 0 {
-			n, _ = c.Write(o.buf)
-		}
-	} else {
-		if o.mark < len(o.buf) {
-			o.iov = append(o.iov, o.buf[o.mark:])
-		}
-		n, _ = c.Writev(o.iov)
+// copies only what the kernel does not take at once (writeChunks).
+func (o *output) flush(ls *loopState, c gnet.Conn) (n int) {
+	if o.mark < len(o.buf) {
+		o.iov = append(o.iov, o.buf[o.mark:])
+	}
+	if len(o.iov) > 0 {
+		n = ls.writeChunks(c, o.iov)
 	}
 	o.reset()
+	return n
+}
+
+// chunk is the largest slice handed to gnet at once. What the socket does
+// not take, gnet copies: into its ring buffer, which a single Write grows
+// to the next power of two that holds the whole slice (a 20 MB list-tubes
+// reply became a 32 MiB ring), else into list nodes each rounded up to a
+// power of two. Slices of chunk bytes go to list nodes of exactly their
+// size, and gnet's ring never grows past its cap (WriteBufferCap, 64 KiB)
+// under Writev.
+const chunk = 64 << 10
+
+// writeChunks writes bufs to gc in writev calls of at most maxIOV slices,
+// none longer than chunk, and reports the bytes gnet took.
+func (ls *loopState) writeChunks(gc gnet.Conn, bufs [][]byte) (n int) {
+	w := ls.chunks[:0]
+	var err error
+	for _, b := range bufs {
+		for len(b) > 0 && err == nil {
+			k := min(len(b), chunk)
+			w = append(w, b[:k])
+			b = b[k:]
+			if len(w) == maxIOV {
+				var m int
+				m, err = gc.Writev(w)
+				n += m
+				clear(w) // do not pin job bodies
+				w = w[:0]
+			}
+		}
+	}
+	if len(w) > 0 && err == nil {
+		m, _ := gc.Writev(w)
+		n += m
+	}
+	clear(w)
+	ls.chunks = w[:0]
 	return n
 }
 

@@ -127,6 +127,7 @@ func (s *Server) pass(c *conn) gnet.Action {
 	var sliceStart time.Time
 	d := c.decoder()
 	var f codec.Frame
+	out.room = s.cfg.HighWater - gc.OutboundBuffered()
 	for !c.parked {
 		p, from := out.pos(), c.appended()
 		d.Next(buf[off:], &f)
@@ -201,6 +202,7 @@ func (s *Server) pass(c *conn) gnet.Action {
 			if !s.chargeOutput(c) || gc.OutboundBuffered() > s.cfg.HighWater {
 				break
 			}
+			out.room = s.cfg.HighWater - gc.OutboundBuffered()
 		}
 		if ran++; ran >= check && off < len(buf) {
 			if sliceStart.IsZero() {
@@ -277,7 +279,7 @@ func (s *Server) send(c *conn, consumed int) {
 		c.ls.out.discard()
 		return
 	}
-	if n := c.ls.out.flush(c.gc); n > 0 {
+	if n := c.ls.out.flush(c.ls, c.gc); n > 0 {
 		c.ls.bytesOut.Add(uint64(n))
 	}
 }

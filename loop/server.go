@@ -145,7 +145,9 @@ type loopState struct {
 	out   output
 	tubes [][]byte // scratch for list-tubes
 	iov   [][]byte // scratch for writing held replies
-	yaml  []byte
+	// chunks is scratch for writeChunks.
+	chunks [][]byte
+	yaml   []byte
 	// The TLS connections' buffers (tlsconn.go), allocated at the loop's
 	// first: decrypted input a pass borrows (tlsIn), plaintext staged
 	// into records (tlsStage), the records for gnet (tlsOut).

@@ -39,12 +39,15 @@ func (wouldBlock) Temporary() bool { return true }
 // recordPipe is the net.Conn under a connection's tls.Conn. During the
 // handshake, which runs on a goroutine of its own with a deadline, it is
 // the accepted socket itself (hs); from the handoff on, its reads take
-// what gnet read (from) and its writes append to the loop's record
-// buffer (to), which tlsConn hands to gnet.
+// the whole records gnet read (from) and its writes append to the loop's
+// record buffer (to), which tlsConn hands to gnet.
 type recordPipe struct {
 	hs   net.Conn
 	from gnet.Conn
 	to   *[]byte
+	// left is how much of a record crypto/tls has the start of is still
+	// in gnet's buffer: it is handed over with the whole records after it.
+	left int
 }
 
 func (p *recordPipe) Read(b []byte) (int, error) {
@@ -52,15 +55,66 @@ func (p *recordPipe) Read(b []byte) (int, error) {
 		return p.hs.Read(b)
 	}
 	buf, _ := p.from.Peek(-1)
-	if len(buf) == 0 {
+	avail := len(buf)
+	if !p.from.PeerClosed() {
+		l := min(p.left, len(buf)) // the rest of a record is never lost
+		avail = l + wholeRecords(buf[l:])
+	}
+	if avail == 0 {
 		if p.from.PeerClosed() {
 			return 0, io.EOF
 		}
 		return 0, errWouldBlock
 	}
-	n := copy(b, buf)
+	n := copy(b, buf[:avail])
+	// Follow the records handed over: the next read starts inside one
+	// when b did not hold it all.
+	for i := 0; i < n; {
+		if p.left == 0 {
+			if len(buf)-i < recordHeader {
+				break // after the client's end: nothing more to follow
+			}
+			p.left = recordHeader + (int(buf[i+3])<<8 | int(buf[i+4]))
+		}
+		k := min(p.left, n-i)
+		p.left -= k
+		i += k
+	}
 	_, _ = p.from.Discard(n)
 	return n, nil
+}
+
+// recordHeader is a TLS record's header: type, version, length;
+// maxRecord is the most a record may carry after it (TLS 1.2's bound,
+// above TLS 1.3's).
+const (
+	recordHeader = 5
+	maxRecord    = tlsRecord + 2048
+)
+
+// wholeRecords is how many bytes of buf are complete TLS records. Only
+// those are handed to crypto/tls: a record still arriving stays in gnet's
+// buffer, where it is counted as the connection's input like a plaintext
+// line still arriving (InboundBuffered, the input budget), instead of in
+// crypto/tls's, which nothing counts. Once the client has ended its
+// input, the rest is handed over too, for crypto/tls to report.
+//
+// A header announcing more than any record may hold is handed over at
+// once, for crypto/tls to refuse, rather than waiting for its bytes.
+func wholeRecords(buf []byte) int {
+	n := 0
+	for len(buf)-n >= recordHeader {
+		size := int(buf[n+3])<<8 | int(buf[n+4])
+		if size > maxRecord {
+			return n + recordHeader
+		}
+		end := n + recordHeader + size
+		if end > len(buf) {
+			break
+		}
+		n = end
+	}
+	return n
 }
 
 func (p *recordPipe) Write(b []byte) (int, error) {
@@ -217,7 +271,7 @@ func (t *tlsConn) settle() {
 func (t *tlsConn) flushRecords() {
 	out := &t.ls.tlsOut
 	if len(*out) > 0 {
-		_, _ = t.Conn.Write(*out)
+		t.ls.writeChunks(t.Conn, [][]byte{*out})
 		*out = (*out)[:0]
 	}
 	if cap(*out) > 4<<20 {

@@ -307,3 +307,36 @@ func TestTLSRandomScriptsGetThePlaintextReplies(t *testing.T) {
 		}
 	}
 }
+
+// A record that has arrived in part stays in gnet's buffer, counted as the
+// connection's input (InboundBuffered, the input budget) as a plaintext
+// line still arriving is, not in crypto/tls's buffer, which nothing
+// counts; once the rest arrives it is served.
+func TestTLSPartialRecordIsCountedAsInput(t *testing.T) {
+	p := newTLSPair(t, 100)
+	records := p.encrypt(t, []byte("list-tube-used\r\n"+strings.Repeat("x", 12<<10)+"\r\n"))
+	half := records[:len(records)/2]
+	p.deliver(half)
+	partial := len(half) - wholeRecords(half)
+	if partial == 0 {
+		t.Fatal("the cut is not inside a record")
+	}
+	if got := p.t.InboundBuffered(); got < partial {
+		t.Fatalf("%d bytes of a record delivered: the connection counts %d bytes of input", partial, got)
+	}
+	p.deliver(records[len(half):])
+	if got := p.replies(t); got != "USING default\r\nBAD_FORMAT\r\n" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+// A record header announcing more than a record may hold ends the
+// connection's input at once, as crypto/tls refuses it, instead of
+// waiting for its 64 KiB.
+func TestTLSOversizedRecordHeaderIsRefusedAtOnce(t *testing.T) {
+	p := newTLSPair(t, 100)
+	p.deliver([]byte{23, 3, 3, 0xff, 0xff, 'x'})
+	if !p.t.ended {
+		t.Fatalf("a header announcing 65,535 bytes: the connection still waits for them (%d bytes buffered)", p.t.InboundBuffered())
+	}
+}
