@@ -64,8 +64,8 @@ func (p *process) runNode(hup *reloader) int {
 			seeded = true
 		}
 		var self, selfTLS string
-		if len(p.lns) > 0 {
-			self = clientAddr(p.lns[0], cfg.RaftAddr)
+		if ln, _ := clientListener(p.lns); ln != nil {
+			self = clientAddr(ln, cfg.RaftAddr)
 		}
 		if p.tlsLn != nil {
 			selfTLS = clientAddr(p.tlsLn, cfg.RaftAddr)
@@ -221,9 +221,28 @@ func join(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer) int 
 	return 0
 }
 
+// clientListener is the plaintext listener whose address a leader
+// announces: the first TCP one. The other nodes forward their clients
+// there, and a UNIX socket is out of their reach, so a node whose
+// plaintext listeners are all UNIX sockets is refused (nil and an error);
+// one with none (--tls-only) announces none (nil, nil).
+func clientListener(lns []net.Listener) (net.Listener, error) {
+	for _, ln := range lns {
+		if ln.Addr().Network() == "tcp" {
+			return ln, nil
+		}
+	}
+	if len(lns) == 0 {
+		return nil, nil
+	}
+	return nil, fmt.Errorf("%s: a cluster node tells the other nodes where its clients connect, and they forward theirs there, "+
+		"which a UNIX socket is out of reach for: listen on TCP (-l HOST -p PORT), or with socket activation pass a TCP socket beside it",
+		listenerName(lns[0]))
+}
+
 // clientAddr is the address other nodes forward this node's clients to:
-// ln's (the first plaintext listener, or the TLS one), with an unspecified
-// host replaced by --raft's.
+// ln's (clientListener's, or the TLS one), with an unspecified host
+// replaced by --raft's.
 func clientAddr(ln net.Listener, raftAddr string) string {
 	addr := ln.Addr().String()
 	host, port, err := net.SplitHostPort(addr)

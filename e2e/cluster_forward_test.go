@@ -1,6 +1,11 @@
 package e2e
 
 import (
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -40,5 +45,77 @@ func TestClusterFollowerClosesClientsOfAVanishedLeader(t *testing.T) {
 	})
 	if out != "RESERVED 1 1\r\nx\r\n" {
 		t.Fatalf("reserve through %s after the failover: %q", follower.id, out)
+	}
+}
+
+// A cluster node announces where its clients connect, and the other nodes
+// forward theirs there: a node whose only client listener is a UNIX
+// socket, out of their reach, is refused at start (exit status 5).
+func TestClusterNodeOnAUnixSocketAloneIsRefused(t *testing.T) {
+	tc := newTestCluster(t, 1)
+	nd := tc.nodes[0]
+	sock := filepath.Join(t.TempDir(), "b.sock")
+	out, code := runBeanpoleWithin(t, 30*time.Second, "-l", "unix:"+sock, "--cluster-dir", nd.dir, "--node-id", nd.id,
+		"--raft", nd.raft, "--bootstrap", tc.bootstrap)
+	want := "beanpole: unix:" + sock + ": a cluster node tells the other nodes where its clients connect, and they forward theirs there, " +
+		"which a UNIX socket is out of reach for: listen on TCP (-l HOST -p PORT), or with socket activation pass a TCP socket beside it\n"
+	if code != 5 || out != want {
+		t.Fatalf("a cluster node on a UNIX socket alone: exit %d, output %q; want 5 and %q", code, out, want)
+	}
+}
+
+// A node handed a UNIX socket and a TCP one (socket activation, the UNIX
+// socket first) serves both and announces the TCP one.
+func TestClusterNodeAnnouncesItsTCPListenerBesideAUnixSocket(t *testing.T) {
+	tool := lookTool(t, "systemd-socket-activate")
+	tc := newTestCluster(t, 1)
+	nd := tc.nodes[0]
+	sock := filepath.Join(t.TempDir(), "b.sock")
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcp := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	cmd := exec.Command(tool, "-l", sock, "-l", tcp, target.bin, "--cluster-dir", nd.dir, "--node-id", nd.id,
+		"--raft", nd.raft, "--bootstrap", tc.bootstrap, "--http", nd.http, "--http-token-file", tc.token)
+	cmd.Env = serverEnv()
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		expectNoRace(t, cmd, out.String())
+		if t.Failed() {
+			t.Logf("output:\n%s", out.String())
+		}
+	})
+	// The first connection starts the server (and is closed as the node
+	// starts to lead).
+	waitFor(t, defaultTimeout, "a connection to "+sock, func() bool {
+		nc, err := net.Dial("unix", sock)
+		if err == nil {
+			nc.Close()
+		}
+		return err == nil
+	})
+	waitFor(t, 30*time.Second, "the node to lead and announce its client address", func() bool {
+		st := tc.status(nd)
+		return st.State == "leader" && len(st.Members) == 1 && st.Members[0].Client != ""
+	})
+	nc, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &conn{nc: nc}
+	t.Cleanup(func() { nc.Close() })
+	put(t, c, 0, 0, 60, "x", 1)
+	if got := tc.status(nd).Members[0].Client; got != tcp {
+		t.Fatalf("the node announces %q, want its TCP listener %s", got, tcp)
+	}
+	if got := try(tcp, "peek 1\r\n", 5*time.Second); !strings.HasPrefix(got, "FOUND 1 1\r\n") {
+		t.Fatalf("peek 1 on the announced address: %q", got)
 	}
 }
