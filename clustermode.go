@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -44,6 +45,14 @@ func (p *process) runNode(hup *reloader) int {
 	seeded := false
 	for {
 		jl, stopped, err := p.follow(node)
+		if errors.Is(err, errRemoved) {
+			if jl != nil {
+				node.StepDown(jl)
+			}
+			node.Close()
+			fmt.Fprintf(p.stderr, "beanpole: %v\n", err)
+			return config.ExitRemoved
+		}
 		if err != nil {
 			node.Close()
 			fmt.Fprintf(p.stderr, "beanpole: %v\n", err)
@@ -130,9 +139,14 @@ func (p *process) openNode() (*cluster.Node, int) {
 	return node, 0
 }
 
+// errRemoved: this node was removed from the group.
+var errRemoved = errors.New("cluster: this node was removed from the group, so it exits and is not restarted by the packaged unit; " +
+	"to bring it back, empty its --cluster-dir and start it with --join")
+
 // follow forwards the node's clients to the leader until this node leads
 // (it returns the journal of its term) or a SIGTERM or SIGINT stops it
-// (stopped; the journal too if the node took the lead meanwhile).
+// (stopped; the journal too if the node took the lead meanwhile), or it
+// finds itself removed from the group (errRemoved; the journal too).
 func (p *process) follow(node *cluster.Node) (jl *cluster.Journal, stopped bool, err error) {
 	p.adm.SetState(admin.Following)
 	fw := node.Forward(p.lns, p.tlsLn, reserveFDs(p.cfg))
@@ -141,10 +155,15 @@ func (p *process) follow(node *cluster.Node) (jl *cluster.Journal, stopped bool,
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done, watched := make(chan struct{}), make(chan struct{})
+	removed := false
 	go func() {
 		defer close(watched)
 		for {
 			select {
+			case <-node.Removed():
+				removed = true
+				cancel()
+				return
 			case sig := <-p.sigs:
 				if sig == syscall.SIGUSR1 {
 					p.log.Info().Msg("drain mode (SIGUSR1) is ignored while following: this node serves no client itself")
@@ -161,6 +180,9 @@ func (p *process) follow(node *cluster.Node) (jl *cluster.Journal, stopped bool,
 	jl, err = node.AwaitLeadership(ctx)
 	close(done)
 	<-watched
+	if removed {
+		return jl, false, errRemoved
+	}
 	if stopped {
 		return jl, true, nil
 	}
