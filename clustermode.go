@@ -237,7 +237,7 @@ func join(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer) int 
 	client := clusterClient(conf)
 	form := url.Values{"id": {cfg.NodeID}, "raft": {cfg.RaftAddr}}
 	if code := clusterRequest(client, http.MethodPost, cfg.JoinURL(), "/cluster/add", token, form, io.Discard, stderr); code != 0 {
-		fmt.Fprintf(stderr, "beanpole: --join %s: this node was not added\n", cfg.Join)
+		fmt.Fprintf(stderr, "beanpole: --join %s: this node was not added, or the leader cannot reach it at --raft %s (above)\n", cfg.Join, cfg.RaftAddr)
 		return code
 	}
 	return 0

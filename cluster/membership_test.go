@@ -172,3 +172,23 @@ func TestRemovedNodesAreToldAndALeaderHandsTheLeadOverFirst(t *testing.T) {
 			entry.Index, entry.Term, lead.leadTerm.Load())
 	}
 }
+
+// The lead cannot be handed to a non-voter: it could not win the election
+// it would start, and its higher term would depose the leader.
+func TestLeadIsNotHandedToANonVoter(t *testing.T) {
+	g := newGroup(t, 1)
+	lead, _ := g.leader()
+	_, addr := g.addNode("n2")
+	if _, err := lead.Add("n2", string(addr)); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := suffrage(t, lead, "n2"); s != raft.Nonvoter {
+		t.Skip("n2 was promoted before the transfer could be tried")
+	}
+	if err := lead.TransferLeader("n2"); err == nil || !strings.Contains(err.Error(), "n2 is not a voter") {
+		t.Fatalf("TransferLeader to a non-voter: %v", err)
+	}
+	if lead.Raft.State() != raft.Leader {
+		t.Fatal("the leader lost the lead")
+	}
+}

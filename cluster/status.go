@@ -121,6 +121,9 @@ func (n *Node) TransferLeader(id string) error {
 		if target == nil {
 			return fmt.Errorf("no member has id %q", id)
 		}
+		if target.Suffrage != raft.Voter {
+			return fmt.Errorf("%s is not a voter: a node added to the group becomes one once it has caught up", id)
+		}
 	}
 	n.handingOver.Store(true)
 	var err error
