@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"net"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -76,22 +75,8 @@ func TestClusterNodeAnnouncesItsTCPListenerBesideAUnixSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	tcp := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cmd := exec.Command(tool, "-l", sock, "-l", tcp, target.bin, "--cluster-dir", nd.dir, "--node-id", nd.id,
+	socketActivated(t, tool, []string{"-l", sock, "-l", tcp}, "--cluster-dir", nd.dir, "--node-id", nd.id,
 		"--raft", nd.raft, "--bootstrap", tc.bootstrap, "--http", nd.http, "--http-token-file", tc.token)
-	cmd.Env = serverEnv()
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		expectNoRace(t, cmd, out.String())
-		if t.Failed() {
-			t.Logf("output:\n%s", out.String())
-		}
-	})
 	// The first connection starts the server (and is closed as the node
 	// starts to lead).
 	waitFor(t, defaultTimeout, "a connection to "+sock, func() bool {
