@@ -262,6 +262,10 @@ func (f *Forwarder) watch() {
 			}
 		}
 		f.mu.Unlock()
+		if len(stale) > 0 {
+			f.node.cfg.Log.Info().Int("clients", len(stale)/2).Bool("leader-known", ok).
+				Msg("cluster: closing the clients forwarded to a node that no longer leads, or has not been heard from for a heartbeat timeout")
+		}
 		for _, c := range stale {
 			c.Close()
 		}
