@@ -29,8 +29,13 @@ usually the nodes' --tls-client-ca; without it the system's CAs are used.
                                  commit and applied index, members (JSON;
                                  without the token, only its state and
                                  whether it knows a leader)
-  add --id ID --raft HOST:PORT   add a node to the group as a voter
-  remove --id ID                 take a node out of the group
+  add --id ID --raft HOST:PORT   add a node to the group as a non-voter,
+                                 promoted to voter once it has caught up
+                                 (fails, naming the error, when the node
+                                 does not answer there)
+  remove --id ID                 take a node out of the group (the leader
+                                 hands the lead over first); the removed
+                                 node exits with status 78
   transfer-leader [--id ID]      hand the lead to voter ID (default: the
                                  most up-to-date one)
 `

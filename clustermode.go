@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -44,6 +45,14 @@ func (p *process) runNode(hup *reloader) int {
 	seeded := false
 	for {
 		jl, stopped, err := p.follow(node)
+		if errors.Is(err, errRemoved) {
+			if jl != nil {
+				node.StepDown(jl)
+			}
+			node.Close()
+			fmt.Fprintf(p.stderr, "beanpole: %v\n", err)
+			return config.ExitRemoved
+		}
 		if err != nil {
 			node.Close()
 			fmt.Fprintf(p.stderr, "beanpole: %v\n", err)
@@ -64,8 +73,8 @@ func (p *process) runNode(hup *reloader) int {
 			seeded = true
 		}
 		var self, selfTLS string
-		if len(p.lns) > 0 {
-			self = clientAddr(p.lns[0], cfg.RaftAddr)
+		if ln, _ := clientListener(p.lns); ln != nil {
+			self = clientAddr(ln, cfg.RaftAddr)
 		}
 		if p.tlsLn != nil {
 			selfTLS = clientAddr(p.tlsLn, cfg.RaftAddr)
@@ -130,9 +139,14 @@ func (p *process) openNode() (*cluster.Node, int) {
 	return node, 0
 }
 
+// errRemoved: this node was removed from the group.
+var errRemoved = errors.New("cluster: this node was removed from the group, so it exits and is not restarted by the packaged unit; " +
+	"to bring it back, empty its --cluster-dir and start it with --join")
+
 // follow forwards the node's clients to the leader until this node leads
 // (it returns the journal of its term) or a SIGTERM or SIGINT stops it
-// (stopped; the journal too if the node took the lead meanwhile).
+// (stopped; the journal too if the node took the lead meanwhile), or it
+// finds itself removed from the group (errRemoved; the journal too).
 func (p *process) follow(node *cluster.Node) (jl *cluster.Journal, stopped bool, err error) {
 	p.adm.SetState(admin.Following)
 	fw := node.Forward(p.lns, p.tlsLn, reserveFDs(p.cfg))
@@ -141,10 +155,15 @@ func (p *process) follow(node *cluster.Node) (jl *cluster.Journal, stopped bool,
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done, watched := make(chan struct{}), make(chan struct{})
+	removed := false
 	go func() {
 		defer close(watched)
 		for {
 			select {
+			case <-node.Removed():
+				removed = true
+				cancel()
+				return
 			case sig := <-p.sigs:
 				if sig == syscall.SIGUSR1 {
 					p.log.Info().Msg("drain mode (SIGUSR1) is ignored while following: this node serves no client itself")
@@ -161,6 +180,9 @@ func (p *process) follow(node *cluster.Node) (jl *cluster.Journal, stopped bool,
 	jl, err = node.AwaitLeadership(ctx)
 	close(done)
 	<-watched
+	if removed {
+		return jl, false, errRemoved
+	}
 	if stopped {
 		return jl, true, nil
 	}
@@ -215,15 +237,34 @@ func join(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer) int 
 	client := clusterClient(conf)
 	form := url.Values{"id": {cfg.NodeID}, "raft": {cfg.RaftAddr}}
 	if code := clusterRequest(client, http.MethodPost, cfg.JoinURL(), "/cluster/add", token, form, io.Discard, stderr); code != 0 {
-		fmt.Fprintf(stderr, "beanpole: --join %s: this node was not added\n", cfg.Join)
+		fmt.Fprintf(stderr, "beanpole: --join %s: this node was not added, or the leader cannot reach it at --raft %s (above)\n", cfg.Join, cfg.RaftAddr)
 		return code
 	}
 	return 0
 }
 
+// clientListener is the plaintext listener whose address a leader
+// announces: the first TCP one. The other nodes forward their clients
+// there, and a UNIX socket is out of their reach, so a node whose
+// plaintext listeners are all UNIX sockets is refused (nil and an error);
+// one with none (--tls-only) announces none (nil, nil).
+func clientListener(lns []net.Listener) (net.Listener, error) {
+	for _, ln := range lns {
+		if ln.Addr().Network() == "tcp" {
+			return ln, nil
+		}
+	}
+	if len(lns) == 0 {
+		return nil, nil
+	}
+	return nil, fmt.Errorf("%s: a cluster node tells the other nodes where its clients connect, and they forward theirs there, "+
+		"which a UNIX socket is out of reach for: listen on TCP (-l HOST -p PORT), or with socket activation pass a TCP socket beside it",
+		listenerName(lns[0]))
+}
+
 // clientAddr is the address other nodes forward this node's clients to:
-// ln's (the first plaintext listener, or the TLS one), with an unspecified
-// host replaced by --raft's.
+// ln's (clientListener's, or the TLS one), with an unspecified host
+// replaced by --raft's.
 func clientAddr(ln net.Listener, raftAddr string) string {
 	addr := ln.Addr().String()
 	host, port, err := net.SplitHostPort(addr)

@@ -70,6 +70,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 111
 		}
 	}
+	if cfg.ClusterDir != "" {
+		if _, err := clientListener(lns); err != nil {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			fmt.Fprintf(stderr, "beanpole: %v\n", err)
+			return config.ExitUsage
+		}
+	}
 	for _, ln := range lns {
 		log.Info().Str("addr", listenerName(ln)).Int("pid", os.Getpid()).Msg("listening")
 	}

@@ -18,8 +18,10 @@ type Cluster interface {
 	// Summary is what anyone may see: whether the node leads, follows or
 	// looks for a leader, and whether it knows one.
 	Summary() any
-	AddVoter(id, raft string) error
-	Remove(id string) error
+	// Add adds a node to the group and says how it went.
+	Add(id, raft string) (string, error)
+	// Remove takes a node out of the group and says how it went.
+	Remove(id string) (string, error)
 	TransferLeader(id string) error
 }
 
@@ -84,14 +86,14 @@ func (d *dashboard) clusterAction(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "add needs id and raft (HOST:PORT)", http.StatusBadRequest)
 			return
 		}
-		err, msg = c.AddVoter(id, raft), fmt.Sprintf("added %s at %s", id, raft)
+		msg, err = c.Add(id, raft)
 	case "remove":
 		id := r.PostForm.Get("id")
 		if id == "" {
 			http.Error(w, "remove needs id", http.StatusBadRequest)
 			return
 		}
-		err, msg = c.Remove(id), "removed "+id
+		msg, err = c.Remove(id)
 	case "transfer-leader":
 		err, msg = c.TransferLeader(r.PostForm.Get("id")), "the lead was handed over"
 	default:

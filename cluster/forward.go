@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,6 +34,17 @@ import (
 // changed with prlimit takes effect at once); the clients closed this way
 // are counted (beanpole_forwarded_connections_refused_total, and
 // forward_refused in GET /cluster) and logged at most every shedLogEvery.
+//
+// A forwarded connection lasts as long as the leader it reached: once this
+// node no longer takes that node for the leader in that term (another
+// leads, an election is under way, or it has not heard from the leader for
+// a heartbeat timeout, after which its raft starts an election), the client
+// and its connection to the old leader are closed, as the old leader's
+// death would close them, and the client reconnects to the new one. So a
+// leader whose host vanishes without a FIN leaves no client hanging. The
+// connection to the leader also has TCP keepalive and TCP_USER_TIMEOUT
+// (upstreamDialer), for a leader that still leads but whose client port no
+// longer answers.
 type Forwarder struct {
 	node    *Node
 	lns     []net.Listener // the plaintext listeners, then the TLS one if any
@@ -40,7 +52,11 @@ type Forwarder struct {
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
-	stop    chan struct{}
+	// links are the forwarded clients joined to a leader, by their
+	// connection to it: the client's connection and the leader (and
+	// term) it reached.
+	links map[net.Conn]forwarded
+	stop  chan struct{}
 	// pending counts the clients accepted that have no connection to the
 	// leader yet (waiting for one to be known, or dialing it): each will
 	// take one more descriptor.
@@ -69,14 +85,67 @@ const ReserveFDs = 128
 // (an election) before it is closed.
 const leaderWait = 10 * time.Second
 
+// The connection to the leader: keepalive probes after upstreamIdle of
+// silence, every upstreamIdle, and TCP_USER_TIMEOUT closes it once data it
+// sent stays unacknowledged for upstreamUnacked (or the probes go
+// unanswered that long).
+const (
+	upstreamIdle    = 5 * time.Second
+	upstreamUnacked = 15 * time.Second
+)
+
+// upstreamDialer dials the leader's client address.
+var upstreamDialer = net.Dialer{
+	Timeout:         5 * time.Second,
+	KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: upstreamIdle, Interval: upstreamIdle, Count: 3},
+	Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(upstreamUnacked/time.Millisecond))
+		}); err != nil {
+			return err
+		}
+		return serr
+	},
+}
+
+// leaderTerm is a leader as a follower knows it: its id and the term it
+// leads in.
+type leaderTerm struct {
+	id   raft.ServerID
+	term uint64
+}
+
+// forwarded is a client: its connection and the leader its
+// connection to the leader reached.
+type forwarded struct {
+	client net.Conn
+	leader leaderTerm
+}
+
+// followed is the leader this node follows now, or false while it knows
+// none it has heard from within a heartbeat timeout.
+func (n *Node) followed() (leaderTerm, bool) {
+	term := n.Raft.CurrentTerm()
+	_, id := n.Raft.LeaderWithID()
+	if id == "" || n.Raft.State() != raft.Follower || time.Since(n.Raft.LastContact()) >= n.cfg.HeartbeatTimeout ||
+		n.Raft.CurrentTerm() != term {
+		return leaderTerm{}, false
+	}
+	return leaderTerm{id, term}, true
+}
+
 // Forward starts forwarding the connections accepted on lns (plaintext)
 // and tlsLn (TLS; nil: none), keeping reserve descriptors for raft
 // (ReserveFDs; 0: none).
 func (n *Node) Forward(lns []net.Listener, tlsLn net.Listener, reserve int) *Forwarder {
-	f := &Forwarder{node: n, lns: slices.Clone(lns), reserve: reserve, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
+	f := &Forwarder{node: n, lns: slices.Clone(lns), reserve: reserve, conns: map[net.Conn]struct{}{},
+		links: map[net.Conn]forwarded{}, stop: make(chan struct{})}
 	if tlsLn != nil {
 		f.lns = append(f.lns, tlsLn)
 	}
+	f.wg.Add(1)
+	go f.watch()
 	for _, ln := range lns {
 		f.wg.Add(1)
 		go f.accept(ln, false)
@@ -166,34 +235,74 @@ func (f *Forwarder) track(c net.Conn) bool {
 func (f *Forwarder) untrack(c net.Conn) {
 	f.mu.Lock()
 	delete(f.conns, c)
+	delete(f.links, c)
 	f.mu.Unlock()
 	c.Close()
 }
 
+// watch closes the links to a leader this node no longer follows, every
+// tenth of a heartbeat timeout.
+func (f *Forwarder) watch() {
+	defer f.wg.Done()
+	tick := time.NewTicker(f.node.cfg.HeartbeatTimeout / 10)
+	defer tick.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-tick.C:
+		}
+		now, ok := f.node.followed()
+		var stale []net.Conn
+		f.mu.Lock()
+		for up, l := range f.links {
+			if !ok || l.leader != now {
+				stale = append(stale, up, l.client)
+				delete(f.links, up)
+			}
+		}
+		f.mu.Unlock()
+		if len(stale) > 0 {
+			f.node.cfg.Log.Info().Int("clients", len(stale)/2).Bool("leader-known", ok).
+				Msg("cluster: closing the clients forwarded to a node that no longer leads, or has not been heard from for a heartbeat timeout")
+		}
+		for _, c := range stale {
+			c.Close()
+		}
+	}
+}
+
 // dial connects to the leader's client address once one is known, or
-// returns nil. The client it dials for is no longer pending when it
-// returns.
-func (f *Forwarder) dial(tls bool) net.Conn {
+// returns nil; it returns the leader it reached too. The client it dials
+// for is no longer pending when it returns.
+func (f *Forwarder) dial(tls bool) (net.Conn, leaderTerm) {
 	defer f.pending.Add(-1)
 	var addr string
+	var leader leaderTerm
 	for deadline := time.Now().Add(leaderWait); ; {
-		if addr = f.node.LeaderClient(tls); addr != "" {
-			break
+		var ok bool
+		if leader, ok = f.node.followed(); ok {
+			// The address read between two looks at the leader is
+			// the one it announced.
+			addr = f.node.LeaderClient(tls)
+			if again, _ := f.node.followed(); addr != "" && again == leader {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
-			return nil
+			return nil, leader
 		}
 		select {
 		case <-f.stop:
-			return nil
+			return nil, leader
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	up, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	up, err := upstreamDialer.Dial("tcp", addr)
 	if err != nil || f.short(up, 1) {
-		return nil
+		return nil, leader
 	}
-	return up
+	return up, leader
 }
 
 // join connects c to the leader and copies both ways until either side
@@ -201,7 +310,7 @@ func (f *Forwarder) dial(tls bool) net.Conn {
 // answered as on the leader itself.
 func (f *Forwarder) join(c net.Conn, tls bool) {
 	defer f.untrack(c)
-	up := f.dial(tls)
+	up, leader := f.dial(tls)
 	if up == nil {
 		return
 	}
@@ -210,6 +319,9 @@ func (f *Forwarder) join(c net.Conn, tls bool) {
 		return
 	}
 	defer f.untrack(up)
+	f.mu.Lock()
+	f.links[up] = forwarded{client: c, leader: leader}
+	f.mu.Unlock()
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
 		copyConn(dst, src)

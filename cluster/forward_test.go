@@ -5,7 +5,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,19 +18,29 @@ import (
 // server as its client address, and returns a follower that knows it.
 func announced(t *testing.T) *Node {
 	t.Helper()
-	g := newGroup(t, 3)
-	lead, _ := g.leader()
+	_, follower := announcedIn(t, newGroup(t, 3))
+	return follower
+}
+
+// announcedIn has g's leader announce an echo server as its client
+// address, and returns the leader and a follower that knows it.
+func announcedIn(t *testing.T, g *group, excluded ...*Node) (lead, follower *Node) {
+	t.Helper()
+	lead, _ = g.leader(excluded...)
 	echo := listenLocal(t)
 	go serveEcho(echo)
 	if err := lead.Announce(echo.Addr().String(), ""); err != nil {
 		t.Fatal(err)
 	}
-	follower := g.nodes[0]
-	if follower == lead {
-		follower = g.nodes[1]
+	for _, nd := range g.nodes {
+		if nd != lead && !slicesContains(excluded, nd) {
+			follower = nd
+			break
+		}
 	}
-	waitUntil(t, "the follower to know the leader's client address", func() bool { return follower.LeaderClient(false) != "" })
-	return follower
+	want := echo.Addr().String()
+	waitUntil(t, "the follower to know the leader's client address", func() bool { return follower.LeaderClient(false) == want })
+	return lead, follower
 }
 
 // forward has nd forward a new listener with the given reserve and
@@ -182,8 +194,15 @@ func TestForwarderShedsClientsPastTheReserve(t *testing.T) {
 		if len(open) > room/4 {
 			t.Fatalf("%d clients forwarded with room for %d descriptors", len(open), room)
 		}
+		before := follower.m.forwardRefused.Load()
 		c, ok := echoed(t, addr)
 		if !ok {
+			if follower.m.forwardRefused.Load() == before {
+				// Closed for the other reason a forwarder has: on a
+				// loaded machine the follower went a heartbeat timeout
+				// without hearing from the leader (Forwarder.watch).
+				continue
+			}
 			shed++
 			continue
 		}
@@ -211,4 +230,78 @@ func TestForwarderShedsClientsPastTheReserve(t *testing.T) {
 		c.Close()
 		return ok
 	})
+}
+
+// A client forwarded to a leader that vanishes without closing anything
+// (cut off from the group; its client port still holds the connection
+// open) is closed within two election timeouts, and reaches the next
+// leader when it connects again.
+func TestForwardedClientsAreClosedOnceTheirLeaderIsGone(t *testing.T) {
+	g := newGroup(t, 3)
+	lead, follower := announcedIn(t, g)
+	addr := forward(t, follower, 0)
+	c, ok := echoed(t, addr)
+	if !ok {
+		t.Fatal("the client was not forwarded")
+	}
+	cut := time.Now()
+	g.partition(slices.Index(g.nodes, lead))
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var b [1]byte
+	if n, err := c.Read(b[:]); n != 0 || err == nil || os.IsTimeout(err) {
+		t.Fatalf("a client forwarded to a vanished leader read %q (%v)", b[:n], err)
+	}
+	took := time.Since(cut)
+	t.Logf("closed %v after its leader was cut off", took)
+	if limit := 2 * follower.cfg.ElectionTimeout; took > limit {
+		t.Fatalf("closed %v after its leader was cut off, more than two election timeouts (%v)", took, limit)
+	}
+
+	next, _ := announcedIn(t, g, lead)
+	if next == follower {
+		follower = g.nodes[3-slices.Index(g.nodes, lead)-slices.Index(g.nodes, next)]
+		addr = forward(t, follower, 0)
+	}
+	if _, ok := echoed(t, addr); !ok {
+		t.Fatal("a client connecting again was not forwarded to the next leader")
+	}
+}
+
+// The connection to the leader probes an idle peer and gives up on one
+// that acknowledges nothing.
+func TestConnectionToTheLeaderHasKeepaliveAndAUserTimeout(t *testing.T) {
+	follower := announced(t)
+	ln := listenLocal(t)
+	fw := follower.Forward([]net.Listener{ln}, nil, 0)
+	t.Cleanup(fw.Stop)
+	if _, ok := echoed(t, ln.Addr().String()); !ok {
+		t.Fatal("the client was not forwarded")
+	}
+	fw.mu.Lock()
+	var up net.Conn
+	for c := range fw.links {
+		up = c
+	}
+	fw.mu.Unlock()
+	rc, err := up.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := func(level, name int) int {
+		var v int
+		var gerr error
+		if err := rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), level, name) }); err != nil || gerr != nil {
+			t.Fatalf("getsockopt: %v %v", err, gerr)
+		}
+		return v
+	}
+	if opt(unix.SOL_SOCKET, unix.SO_KEEPALIVE) != 1 {
+		t.Fatal("no keepalive on the connection to the leader")
+	}
+	if got := opt(unix.IPPROTO_TCP, unix.TCP_KEEPIDLE); got != int(upstreamIdle/time.Second) {
+		t.Fatalf("TCP_KEEPIDLE %d s, want %v", got, upstreamIdle)
+	}
+	if got := opt(unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT); got != int(upstreamUnacked/time.Millisecond) {
+		t.Fatalf("TCP_USER_TIMEOUT %d ms, want %v", got, upstreamUnacked)
+	}
 }

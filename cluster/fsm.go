@@ -26,6 +26,8 @@ import (
 const (
 	entryRecords byte = 1 // framed records (batch.go)
 	entryLeader  byte = 2 // a new leader's id and client address
+	// entryLeave: a leader asked to leave the group (membership.go).
+	entryLeave byte = 16
 )
 
 // FSM is a node's replicated state: the live jobs and the highest id any
@@ -48,6 +50,8 @@ type FSM struct {
 	// lent, on the leader, is its journal's Lent: the engine's copy of a
 	// body it put, shared instead of copied.
 	lent atomic.Pointer[func(id uint64) ([]byte, bool)]
+	// leave is the latest leader's request to leave the group.
+	leave leaveRequest
 }
 
 // NewFSM is an empty state.
@@ -97,6 +101,8 @@ func (f *FSM) Apply(l *raft.Log) any {
 		id, addr, _ := strings.Cut(string(l.Data[1:]), "\x00")
 		f.leaderID, f.leaderClient = id, addr
 		f.clients[id], _, _ = strings.Cut(addr, "\x00")
+	case entryLeave:
+		f.leave = parseLeave(l.Data)
 	}
 	return nil
 }
@@ -136,6 +142,8 @@ func validEntry(data []byte) error {
 			}
 		}
 		return nil
+	case entryLeave:
+		return validLeave(data)
 	}
 	return fmt.Errorf("%w: unknown entry type %d", record.ErrBad, data[0])
 }

@@ -99,6 +99,7 @@ type Node struct {
 	leadTerm atomic.Uint64
 	// handingOver: a transfer of the lead has started (TransferLeader).
 	handingOver atomic.Bool
+	mem         membership
 }
 
 // Open starts a node: its stores under cfg.Dir, its transport, and raft.
@@ -161,6 +162,10 @@ func Open(cfg Config) (*Node, error) {
 	// so it does not depose that leader. raft runs it with a transport
 	// that speaks it, as the network transport does.
 	rc.PreVoteDisabled = false
+	// A node removed from the group follows on, so that it notices its
+	// removal and says so (membership.go), rather than stopping raft
+	// under the process.
+	rc.ShutdownOnRemove = false
 	leading := make(chan bool, 16)
 	rc.NotifyCh = leading
 
@@ -202,6 +207,7 @@ func Open(cfg Config) (*Node, error) {
 	rp.Store(r)
 	nd := &Node{Raft: r, FSM: fsm, cfg: cfg, wal: w, trans: fenced, fenced: fenced, links: links, leading: leading, Fresh: !has, m: m}
 	nd.watchLeader()
+	nd.watchMembers()
 	return nd, nil
 }
 

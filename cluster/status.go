@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -31,6 +30,12 @@ type MemberStatus struct {
 	Raft   string `json:"raft"`
 	Client string `json:"client"` // known once the member has led ("" before)
 	Voter  bool   `json:"voter"`
+	// On the leader, for every other member, what its last probe found
+	// (membership.go): whether it answered, the last index in its log,
+	// and why it did not answer.
+	Reachable *bool  `json:"reachable,omitempty"`
+	LastIndex uint64 `json:"last_index,omitempty"`
+	Error     string `json:"error,omitempty"`
 }
 
 // Status reads the node's view of the group.
@@ -43,8 +48,10 @@ func (n *Node) Status() any {
 	if f := n.Raft.GetConfiguration(); f.Error() == nil {
 		clients := n.FSM.Clients()
 		for _, srv := range f.Configuration().Servers {
-			s.Members = append(s.Members, MemberStatus{ID: string(srv.ID), Raft: string(srv.Address),
-				Client: clients[string(srv.ID)], Voter: srv.Suffrage == raft.Voter})
+			m := MemberStatus{ID: string(srv.ID), Raft: string(srv.Address),
+				Client: clients[string(srv.ID)], Voter: srv.Suffrage == raft.Voter}
+			n.memberHealth(&m)
+			s.Members = append(s.Members, m)
 		}
 	}
 	return s
@@ -91,22 +98,6 @@ func (n *Node) errFollower() error {
 	return fmt.Errorf("this node does not lead: ask %s", id)
 }
 
-// AddVoter adds a node to the group (or updates its address). Leader only.
-func (n *Node) AddVoter(id, raftAddr string) error {
-	if n.Raft.State() != raft.Leader {
-		return n.errFollower()
-	}
-	return n.Raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 10*time.Second).Error()
-}
-
-// Remove takes a node out of the group. Leader only.
-func (n *Node) Remove(id string) error {
-	if n.Raft.State() != raft.Leader {
-		return n.errFollower()
-	}
-	return n.Raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error()
-}
-
 // TransferLeader hands the lead to the voter id, or to the most
 // up-to-date one when id is "". Leader only. From the moment it starts the
 // node answers no client (Leads is false): the new leader takes over
@@ -129,6 +120,9 @@ func (n *Node) TransferLeader(id string) error {
 		}
 		if target == nil {
 			return fmt.Errorf("no member has id %q", id)
+		}
+		if target.Suffrage != raft.Voter {
+			return fmt.Errorf("%s is not a voter: a node added to the group becomes one once it has caught up", id)
 		}
 	}
 	n.fenceAfter.Store(boottime())

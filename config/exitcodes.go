@@ -40,6 +40,10 @@ const (
 	// ExitPermission: the user the server runs as may not write the
 	// binlog directory or read its files (EACCES, EPERM).
 	ExitPermission = 77 // EX_NOPERM
+	// ExitRemoved: this cluster node was removed from its group (the
+	// group's configuration no longer has it); restarting it would only
+	// find that again.
+	ExitRemoved = 78 // EX_CONFIG
 )
 
 // ExitCodeForDir is ExitReadOnly or ExitPermission when err, a failure to

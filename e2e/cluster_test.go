@@ -572,7 +572,15 @@ func TestClusterSeededFromABeanstalkdBinlog(t *testing.T) {
 		tc.nodes = append(tc.nodes, nd)
 		tc.start(nd, "--join", lead.http)
 	}
-	waitFor(t, 30*time.Second, "three members", func() bool { return len(tc.status(lead).Members) == 3 })
+	waitFor(t, 30*time.Second, "three voters (a node joins as a non-voter, promoted once it has caught up)", func() bool {
+		voters := 0
+		for _, m := range tc.status(lead).Members {
+			if m.Voter {
+				voters++
+			}
+		}
+		return voters == 3
+	})
 	// Handed the lead, a node that joined serves the same jobs; ids go on
 	// above every id C handed out.
 	if out, err := exec.Command(target.bin, "cluster", "transfer-leader", "--http", lead.http, "--token-file", tc.token,

@@ -130,20 +130,7 @@ func TestSystemdSocketActivation(t *testing.T) {
 				addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 				args = append(args, "-l", addrs[i])
 			}
-			cmd := exec.Command(tool, append(args, target.bin)...)
-			cmd.Env = serverEnv()
-			out := &syncBuffer{}
-			cmd.Stdout, cmd.Stderr = out, out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				_ = cmd.Process.Signal(syscall.SIGTERM)
-				_ = cmd.Wait()
-				if t.Failed() {
-					t.Logf("output:\n%s", out.String())
-				}
-			})
+			socketActivated(t, tool, args)
 			for i, addr := range addrs {
 				var nc net.Conn
 				var err error
@@ -159,6 +146,28 @@ func TestSystemdSocketActivation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// socketActivated runs the server under systemd-socket-activate (tool)
+// with its arguments args (the -l sockets, then the server's own after
+// target.bin), and stops it (SIGTERM) when the test ends.
+func socketActivated(t *testing.T, tool string, args []string, server ...string) {
+	t.Helper()
+	cmd := exec.Command(tool, append(append(args, target.bin), server...)...)
+	cmd.Env = serverEnv()
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		expectNoRace(t, cmd, out.String())
+		if t.Failed() {
+			t.Logf("output:\n%s", out.String())
+		}
+	})
 }
 
 // The man page renders without a warning and documents every option the

@@ -1,0 +1,379 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/beanpole/beanpole/record"
+)
+
+// Membership changes that cannot wedge the group.
+//
+// A node added to the group (Add: `beanpole cluster add`, --join) joins
+// as a non-voter, which the majority does not count: a wrong address, or a
+// node that never starts, leaves the group as it was. The leader probes
+// every other member every probeEvery with the message raft's own
+// heartbeats are (an AppendEntries of its term with no entries): the
+// answer says whether the member is reachable and, in its LastLog, the last
+// index in the member's log. hashicorp/raft keeps its own view of each
+// follower's progress to itself, so the probe is how the leader learns it.
+// A non-voter found reachable and within maxTrailing entries of the
+// leader's last index in every probe for promoteAfter is promoted to voter
+// (raft's AddVoter), as Consul's autopilot promotes a server once it is
+// stable and has caught up; an unreachable one is reported (Status, Add's
+// answer) and never promoted.
+//
+// A node that sees itself in the group's configuration notes it in its
+// directory (memberFile); once it has, a configuration without it means it
+// was removed: Removed is closed and the process exits (ExitRemoved in the
+// main package), instead of lingering as a follower of nothing.
+
+const (
+	// maxTrailing is how many entries a non-voter may lag the leader's
+	// last index and still count as caught up (Consul's MaxTrailingLogs
+	// is 250).
+	maxTrailing = 256
+	// memberFile, in the node's directory, says the node has been a member.
+	memberFile = "member"
+)
+
+// probeEvery is how often the leader probes each member, and promoteAfter
+// how long a non-voter must have been reachable and caught up to be
+// promoted: both from the heartbeat timeout.
+func (n *Node) probeEvery() time.Duration   { return n.cfg.HeartbeatTimeout / 2 }
+func (n *Node) promoteAfter() time.Duration { return 2 * n.cfg.HeartbeatTimeout }
+
+// health is what the leader's probes found of one member.
+type health struct {
+	probing  bool      // a probe is on its way
+	probed   time.Time // when the last probe answered or failed
+	err      error     // the last probe's failure, nil if it answered
+	last     uint64    // the member's last log index, as last answered
+	caughtUp time.Time // since when every probe found it caught up (zero: the last did not)
+}
+
+// membership is a node's view of the members' health (on the leader) and
+// of its own membership.
+type membership struct {
+	mu      sync.Mutex
+	health  map[raft.ServerID]*health
+	member  bool // memberFile exists
+	removed chan struct{}
+	once    sync.Once
+	// busy: a request to leave is being carried out.
+	busy atomic.Bool
+}
+
+// watchMembers starts the loop that, while this node leads, probes the
+// other members and promotes the non-voters that have caught up, and on
+// every node notices its own removal.
+func (n *Node) watchMembers() {
+	n.mem.health = map[raft.ServerID]*health{}
+	n.mem.removed = make(chan struct{})
+	_, err := os.Stat(filepath.Join(n.cfg.Dir, memberFile))
+	n.mem.member = err == nil
+	go func() {
+		tick := time.NewTicker(n.probeEvery())
+		defer tick.Stop()
+		for range tick.C {
+			if n.Raft.State() == raft.Shutdown {
+				return
+			}
+			f := n.Raft.GetConfiguration()
+			if f.Error() != nil {
+				continue
+			}
+			servers := f.Configuration().Servers
+			n.checkMembership(servers)
+			if n.Raft.State() == raft.Leader {
+				n.tend(servers)
+				n.carryOutLeave(servers)
+			} else {
+				n.mem.mu.Lock()
+				clear(n.mem.health)
+				n.mem.mu.Unlock()
+			}
+		}
+	}()
+}
+
+// checkMembership notes that this node is a member, or closes Removed
+// once a member finds itself no longer in the configuration.
+func (n *Node) checkMembership(servers []raft.Server) {
+	in := false
+	for _, s := range servers {
+		in = in || string(s.ID) == n.cfg.ID
+	}
+	switch {
+	case in && !n.mem.member:
+		// A node that cannot note it is no worse off than before: it
+		// is only not told of its removal.
+		if err := os.WriteFile(filepath.Join(n.cfg.Dir, memberFile), []byte(n.cfg.ID+"\n"), 0o600); err == nil {
+			n.mem.member = true
+		}
+	case !in && n.mem.member && len(servers) > 0:
+		n.mem.once.Do(func() { close(n.mem.removed) })
+	}
+}
+
+// Removed is closed once this node, having been a member, finds itself
+// removed from the group's configuration.
+func (n *Node) Removed() <-chan struct{} { return n.mem.removed }
+
+// tend probes every other member and promotes the non-voters that have
+// caught up.
+func (n *Node) tend(servers []raft.Server) {
+	term := n.Raft.CurrentTerm()
+	last := n.Raft.LastIndex()
+	now := time.Now()
+	n.mem.mu.Lock()
+	defer n.mem.mu.Unlock()
+	keep := map[raft.ServerID]bool{}
+	for _, s := range servers {
+		if string(s.ID) == n.cfg.ID {
+			continue
+		}
+		keep[s.ID] = true
+		h := n.mem.health[s.ID]
+		if h == nil {
+			h = &health{}
+			n.mem.health[s.ID] = h
+		}
+		if !h.probing {
+			h.probing = true
+			go n.probeInto(s, term)
+		}
+		if s.Suffrage == raft.Nonvoter && h.err == nil && !h.caughtUp.IsZero() && h.last+maxTrailing >= last &&
+			now.Sub(h.caughtUp) >= n.promoteAfter() {
+			h.caughtUp = time.Time{}
+			go n.promote(s)
+		}
+	}
+	for id := range n.mem.health {
+		if !keep[id] {
+			delete(n.mem.health, id)
+		}
+	}
+}
+
+// probeInto probes s and records what it found.
+func (n *Node) probeInto(s raft.Server, term uint64) {
+	last, err := n.probe(s, term)
+	target := n.Raft.LastIndex()
+	n.mem.mu.Lock()
+	defer n.mem.mu.Unlock()
+	h := n.mem.health[s.ID]
+	if h == nil {
+		return
+	}
+	h.probing, h.probed, h.err = false, time.Now(), err
+	if err != nil {
+		h.caughtUp = time.Time{}
+		return
+	}
+	h.last = last
+	switch {
+	case last+maxTrailing < target:
+		h.caughtUp = time.Time{}
+	case h.caughtUp.IsZero():
+		h.caughtUp = h.probed
+	}
+}
+
+// errNewerTerm: a member answered a probe with a term above the prober's.
+var errNewerTerm = errors.New("it is in a newer term: this node no longer leads")
+
+// probe sends s the message raft's heartbeats are, in term, and returns
+// the last index in s's log.
+func (n *Node) probe(s raft.Server, term uint64) (uint64, error) {
+	self := raft.ServerID(n.cfg.ID)
+	req := raft.AppendEntriesRequest{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(self),
+			Addr: n.trans.EncodePeer(self, n.trans.LocalAddr())},
+		Term: term,
+	}
+	var resp raft.AppendEntriesResponse
+	if err := n.trans.AppendEntries(s.ID, s.Address, &req, &resp); err != nil {
+		return 0, err
+	}
+	if resp.Term > term {
+		return 0, errNewerTerm
+	}
+	return resp.LastLog, nil
+}
+
+// promote makes the non-voter s a voter.
+func (n *Node) promote(s raft.Server) {
+	if err := n.Raft.AddVoter(s.ID, s.Address, 0, 10*time.Second).Error(); err != nil {
+		n.cfg.Log.Warn().Err(err).Str("node", string(s.ID)).Msg("cluster: could not promote a node that has caught up to voter")
+		return
+	}
+	n.cfg.Log.Info().Str("node", string(s.ID)).Str("raft", string(s.Address)).Msg("cluster: promoted to voter: it has caught up")
+}
+
+// Add adds a node to the group as a non-voter (or updates a member's
+// address), probes it once and says what it found. Leader only. A node
+// that does not answer is added all the same, and reported: it is never
+// promoted while it does not answer, and Remove takes it out.
+func (n *Node) Add(id, raftAddr string) (string, error) {
+	if n.Raft.State() != raft.Leader {
+		return "", n.errFollower()
+	}
+	srv := raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(raftAddr)}
+	if n.FSM.leaving().id == id {
+		if err := n.Raft.Apply(leaveEntry(leaveRequest{}), 10*time.Second).Error(); err != nil {
+			return "", err
+		}
+	}
+	if err := n.Raft.AddNonvoter(srv.ID, srv.Address, 0, 10*time.Second).Error(); err != nil {
+		return "", err
+	}
+	type found struct {
+		last uint64
+		err  error
+	}
+	done := make(chan found, 1)
+	go func() {
+		last, err := n.probe(srv, n.Raft.CurrentTerm())
+		done <- found{last, err}
+	}()
+	select {
+	case f := <-done:
+		if f.err != nil {
+			return "", fmt.Errorf("added %s at %s as a non-voter, but it does not answer there (%v): it is not promoted while it does not answer; `beanpole cluster remove --id %s` takes it out", id, raftAddr, f.err, id)
+		}
+		behind := uint64(0)
+		if l := n.Raft.LastIndex(); l > f.last {
+			behind = l - f.last
+		}
+		return fmt.Sprintf("added %s at %s as a non-voter, %d entries behind: it becomes a voter once it has caught up", id, raftAddr, behind), nil
+	case <-time.After(5 * time.Second):
+		return "", fmt.Errorf("added %s at %s as a non-voter, but it has not answered within 5 s: it is not promoted while it does not answer; `beanpole cluster remove --id %s` takes it out", id, raftAddr, id)
+	}
+}
+
+// memberHealth fills in what the leader's probes found of m.
+func (n *Node) memberHealth(m *MemberStatus) {
+	n.mem.mu.Lock()
+	defer n.mem.mu.Unlock()
+	h := n.mem.health[raft.ServerID(m.ID)]
+	if h == nil || h.probed.IsZero() {
+		return
+	}
+	ok := h.err == nil
+	m.Reachable = &ok
+	if ok {
+		m.LastIndex = h.last
+	} else {
+		m.Error = h.err.Error()
+	}
+}
+
+// A leader asked to leave the group hands the lead over first, so that the
+// group never waits for an election: it commits its request to leave (an
+// entryLeave naming it), then transfers the lead; the next leader removes
+// it. Whoever leads carries the latest request out (carryOutLeave): a
+// leader that could not hand the lead over tries again, one that took it
+// over removes the node that asked. Adding a node of that id again
+// withdraws the request first (an entryLeave naming no one), so a node
+// that rejoins is not removed for it. A request is not kept in snapshots:
+// one that a restarted leader never saw is asked again.
+type leaveRequest struct{ id string }
+
+// maxIDBytes bounds a node id in a request to leave.
+const maxIDBytes = 1024
+
+func leaveEntry(r leaveRequest) []byte { return append([]byte{entryLeave}, r.id...) }
+
+func parseLeave(data []byte) leaveRequest { return leaveRequest{id: string(data[1:])} }
+
+func validLeave(data []byte) error {
+	if len(data)-1 > maxIDBytes {
+		return fmt.Errorf("%w: a request to leave naming an id of %d bytes", record.ErrBad, len(data)-1)
+	}
+	return nil
+}
+
+// leaving is the latest request to leave the group.
+func (f *FSM) leaving() leaveRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.leave
+}
+
+// Remove takes a node out of the group. Leader only. The leader itself
+// leaves by handing the lead over first (leaveRequest): it returns once
+// the lead is handed over, and the next leader removes it.
+func (n *Node) Remove(id string) (string, error) {
+	if n.Raft.State() != raft.Leader {
+		return "", n.errFollower()
+	}
+	if id != n.cfg.ID {
+		if err := n.Raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
+			return "", err
+		}
+		return "removed " + id, nil
+	}
+	f := n.Raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return "", err
+	}
+	voters := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != id {
+			voters++
+		}
+	}
+	if voters == 0 {
+		return "", fmt.Errorf("%s is the group's only voter: it cannot leave it", id)
+	}
+	if !n.mem.busy.CompareAndSwap(false, true) {
+		return "", fmt.Errorf("%s is already handing the lead over to leave the group", id)
+	}
+	defer n.mem.busy.Store(false)
+	if err := n.Raft.Apply(leaveEntry(leaveRequest{id: id}), 10*time.Second).Error(); err != nil {
+		return "", err
+	}
+	if err := n.TransferLeader(""); err != nil {
+		return "", fmt.Errorf("%s leads and could not hand the lead over (%v): it tries again, and leaves once another node leads", id, err)
+	}
+	return fmt.Sprintf("%s handed the lead over; the next leader removes it, and it exits", id), nil
+}
+
+// carryOutLeave acts on the latest request to leave, on the leader: it
+// removes the node that asked, or, if that is this node, hands the lead
+// over.
+func (n *Node) carryOutLeave(servers []raft.Server) {
+	r := n.FSM.leaving()
+	if r.id == "" || n.handingOver.Load() {
+		return
+	}
+	member := false
+	for _, s := range servers {
+		member = member || string(s.ID) == r.id
+	}
+	if !member || !n.mem.busy.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer n.mem.busy.Store(false)
+		if r.id == n.cfg.ID {
+			if err := n.TransferLeader(""); err != nil {
+				n.cfg.Log.Warn().Err(err).Msg("cluster: this node asked to leave the group and could not hand the lead over yet")
+			}
+			return
+		}
+		if err := n.Raft.RemoveServer(raft.ServerID(r.id), 0, 10*time.Second).Error(); err != nil {
+			n.cfg.Log.Warn().Err(err).Str("node", r.id).Msg("cluster: could not remove a node that asked to leave")
+			return
+		}
+		n.cfg.Log.Info().Str("node", r.id).Msg("cluster: removed a node that asked to leave, having led")
+	}()
+}
