@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"runtime"
 	"slices"
@@ -134,7 +135,7 @@ func (a *acks) wait(t *testing.T) {
 
 func job(id uint64) *record.Job {
 	return &record.Job{ID: id, Tube: fmt.Sprintf("t%d", id%3), Pri: uint32(id), State: record.StateReady,
-		TTR: time.Minute, CreatedAt: int64(id) * 1e9, Body: []byte(fmt.Sprintf("body %d", id))}
+		TTR: time.Minute, CreatedAt: int64(id) * 1e9, Body: []byte(fmt.Sprintf("body %d\r\n", id))}
 }
 
 // converged waits until every live node has applied the leader's index and
@@ -289,15 +290,48 @@ func TestSnapshotRestoresTheSameState(t *testing.T) {
 	}
 }
 
-func TestMalformedEntryIsRefusedOnEveryNodeAlike(t *testing.T) {
-	f := NewFSM()
-	entry := appendFramed([]byte{entryRecords}, record.AppendFull(nil, job(1)))
-	entry = append(entry, 9, 0, 0, 0, 1) // a frame that overruns the entry
-	if resp := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: entry}); resp == nil {
-		t.Fatal("a malformed entry was applied without an error")
+func TestMalformedEntryIsRefusedWhole(t *testing.T) {
+	good := record.AppendFull(nil, job(1))
+	bad := func(edit func(j *record.Job)) []byte {
+		j := job(2)
+		edit(j)
+		return record.AppendFull(nil, j)
 	}
-	if jobs, _ := f.State(); len(jobs) != 1 {
-		t.Fatalf("%d jobs: the records before the damage must stay applied", len(jobs))
+	for name, tail := range map[string][]byte{
+		"a frame that overruns the entry":  {9, 0, 0, 0, 1},
+		"a body without its CRLF":          appendFramed(nil, bad(func(j *record.Job) { j.Body = []byte("body 2") })),
+		"a body whose CRLF is cut short":   appendFramed(nil, bad(func(j *record.Job) { j.Body = []byte("\n") })),
+		"id 0":                             appendFramed(nil, bad(func(j *record.Job) { j.ID = 0 })),
+		"the largest id":                   appendFramed(nil, record.AppendDelete(nil, math.MaxUint64)),
+		"a tube name the protocol refuses": appendFramed(nil, bad(func(j *record.Job) { j.Tube = "-dash" })),
+		"a negative TTR":                   appendFramed(nil, bad(func(j *record.Job) { j.TTR = -time.Second })),
+	} {
+		f := NewFSM()
+		m := newMetrics()
+		f.m = m
+		entry := append(appendFramed([]byte{entryRecords}, good), tail...)
+		if resp := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: entry}); resp == nil {
+			t.Fatalf("%s: the entry was applied without an error", name)
+		}
+		if jobs, maxID := f.State(); len(jobs) != 0 || maxID != 0 {
+			t.Fatalf("%s: %d jobs, max id %d: no record of a refused entry may be applied", name, len(jobs), maxID)
+		}
+		if m.refused.Load() != 1 {
+			t.Fatalf("%s: %d entries counted as refused, want 1", name, m.refused.Load())
+		}
+	}
+	for name, data := range map[string][]byte{
+		"an unknown type":               {9, 1, 2},
+		"an announcement with no id":    append([]byte{entryLeader}, "\x00127.0.0.1:1"...),
+		"an announcement not HOST:PORT": append([]byte{entryLeader}, "n1\x00nowhere"...),
+	} {
+		f := NewFSM()
+		if resp := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data}); resp == nil {
+			t.Fatalf("%s: the entry was applied without an error", name)
+		}
+		if id, _, _ := f.Leader(); id != "" {
+			t.Fatalf("%s: the leader became %q", name, id)
+		}
 	}
 }
 
@@ -307,7 +341,7 @@ func TestSeedReplicatesABinlogsJobsAndItsHighestID(t *testing.T) {
 	var jobs []*record.Job
 	for id := uint64(1); id <= 2000; id += 2 {
 		j := job(id)
-		j.Body = bytes.Repeat([]byte{byte(id)}, 3000) // several entries
+		j.Body = append(bytes.Repeat([]byte{byte(id)}, 3000), "\r\n"...) // several entries
 		jobs = append(jobs, j)
 	}
 	if err := leader.Seed(jobs, 5000); err != nil {
@@ -437,7 +471,7 @@ func (discardSink) Close() error                { return nil }
 func TestSnapshotMemoryIsAtMostHalfTheLiveJobsMore(t *testing.T) {
 	for _, size := range []int{64, 1024} {
 		const jobs = 20000
-		body := bytes.Repeat([]byte{'x'}, size)
+		body := append(bytes.Repeat([]byte{'x'}, size-2), "\r\n"...)
 		var before, held, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
@@ -504,7 +538,7 @@ func TestSnapshotIsTheStateWhenTakenWhileLaterEntriesApply(t *testing.T) {
 			later = appendFramed(later, record.AppendBury(nil, id, 9, id, record.Counters{Buries: 1}))
 		case 2:
 			j := job(id)
-			j.Tube, j.Body, j.TTR = "moved", []byte("rewritten"), time.Hour
+			j.Tube, j.Body, j.TTR = "moved", []byte("rewritten\r\n"), time.Hour
 			later = appendFramed(later, record.AppendFull(nil, j))
 		case 3:
 			later = appendFramed(later, record.AppendDelete(nil, id))

@@ -9,13 +9,16 @@ import (
 	"io"
 	"maps"
 	"math"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
 
+	"github.com/beanpole/beanpole/codec"
 	"github.com/beanpole/beanpole/record"
 )
 
@@ -41,6 +44,7 @@ type FSM struct {
 	// clients are the client addresses of every node that has led.
 	clients map[string]string
 	m       *metrics // nil in tests of the FSM alone
+	log     zerolog.Logger
 	// lent, on the leader, is its journal's Lent: the engine's copy of a
 	// body it put, shared instead of copied.
 	lent atomic.Pointer[func(id uint64) ([]byte, bool)]
@@ -48,7 +52,7 @@ type FSM struct {
 
 // NewFSM is an empty state.
 func NewFSM() *FSM {
-	return &FSM{live: record.NewLive(), tubes: map[string]string{}, clients: map[string]string{}}
+	return &FSM{live: record.NewLive(), tubes: map[string]string{}, clients: map[string]string{}, log: zerolog.Nop()}
 }
 
 func (f *FSM) tube(b []byte) string {
@@ -70,6 +74,16 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand || len(l.Data) == 0 {
 		return nil
 	}
+	if err := validEntry(l.Data); err != nil {
+		// Only a leader that is not one of ours (a forged entry) or a
+		// damaged log writes such an entry: it is refused whole, on every
+		// node alike, and said loudly.
+		if f.m != nil {
+			f.m.refused.Add(1)
+		}
+		f.log.Error().Err(err).Uint64("index", l.Index).Msg("cluster: refused a malformed entry")
+		return fmt.Errorf("cluster: entry %d refused: %w", l.Index, err)
+	}
 	switch l.Data[0] {
 	case entryRecords:
 		return eachRecord(l.Data[1:], func(r *record.Record) error {
@@ -83,10 +97,53 @@ func (f *FSM) Apply(l *raft.Log) any {
 		id, addr, _ := strings.Cut(string(l.Data[1:]), "\x00")
 		f.leaderID, f.leaderClient = id, addr
 		f.clients[id], _, _ = strings.Cut(addr, "\x00")
+	}
+	return nil
+}
+
+// validEntry checks a whole entry before any of it is applied: its type,
+// and each record as the engine could have written it. A full record's
+// job has an id other than 0 and the largest, a tube name the protocol
+// accepts, a body that ends in CRLF and fits the largest -z, and times
+// that are not negative; a leader's announcement names an id and client
+// addresses of the HOST:PORT form.
+func validEntry(data []byte) error {
+	switch data[0] {
+	case entryRecords:
+		return eachRecord(data[1:], func(r *record.Record) error {
+			switch {
+			case r.ID == 0 || r.ID == math.MaxUint64:
+				return fmt.Errorf("%w: job id %d", record.ErrBad, r.ID)
+			case r.Kind != record.KindFull:
+				return nil
+			case !codec.ValidTubeName(r.Tube):
+				return fmt.Errorf("%w: job %d has tube name %q", record.ErrBad, r.ID, r.Tube)
+			case len(r.Body) < 2 || !bytes.HasSuffix(r.Body, crlf) || len(r.Body) > maxJobSize+2:
+				return fmt.Errorf("%w: job %d's body of %d bytes does not end in CRLF or is too large", record.ErrBad, r.ID, len(r.Body))
+			case r.TTR < 0 || r.Delay < 0 || r.Created < 0 || r.Deadline < 0:
+				return fmt.Errorf("%w: job %d has a negative time", record.ErrBad, r.ID)
+			}
+			return nil
+		})
+	case entryLeader:
+		parts := strings.Split(string(data[1:]), "\x00")
+		if len(parts) < 2 || len(parts) > 3 || parts[0] == "" {
+			return fmt.Errorf("%w: a leader's announcement of %d parts", record.ErrBad, len(parts))
+		}
+		for _, a := range parts[1:] {
+			if _, _, err := net.SplitHostPort(a); a != "" && err != nil {
+				return fmt.Errorf("%w: a leader's client address %q", record.ErrBad, a)
+			}
+		}
 		return nil
 	}
-	return fmt.Errorf("cluster: entry %d has unknown type %d", l.Index, l.Data[0])
+	return fmt.Errorf("%w: unknown entry type %d", record.ErrBad, data[0])
 }
+
+// maxJobSize is the largest -z: no job of a group is larger.
+const maxJobSize = 1 << 30
+
+var crlf = []byte("\r\n")
 
 // keep is the body to hold for a full record of job id: the engine's own
 // copy when this node's journal put the job with these bytes, otherwise a

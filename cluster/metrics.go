@@ -15,6 +15,8 @@ type metrics struct {
 	apply         prometheus.Histogram // an entry's time from Apply to commit
 	snapSeconds   atomic.Uint64        // float64 bits: the last snapshot's duration
 	snapBytes     atomic.Uint64        // the last snapshot's size
+	refused       atomic.Uint64        // entries the FSM refused (validEntry)
+	linksRefused  func() uint64        // connections the raft port closed before raft saw them
 }
 
 func newMetrics() *metrics {
@@ -49,11 +51,13 @@ var (
 	descChg   = prometheus.NewDesc("beanpole_raft_leader_changes_total", "Leader changes this node has seen since it started.", nil, nil)
 	descSnapS = prometheus.NewDesc("beanpole_raft_snapshot_seconds", "How long this node's last snapshot took to write.", nil, nil)
 	descSnapB = prometheus.NewDesc("beanpole_raft_snapshot_bytes", "The size of this node's last snapshot.", nil, nil)
+	descRefE  = prometheus.NewDesc("beanpole_cluster_refused_entries_total", "Committed raft entries this node refused to apply as malformed (only a forged or damaged log has them).", nil, nil)
+	descRefL  = prometheus.NewDesc("beanpole_cluster_links_refused_total", "Connections to the raft port closed before raft saw them: a failed handshake, no certificate of a node, silence past the greeting deadline, or over the caps.", nil, nil)
 )
 
 // Describe is prometheus.Collector's.
 func (n *Node) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descState, descTerm, descLead, descComm, descAppl, descCont, descChg, descSnapS, descSnapB} {
+	for _, d := range []*prometheus.Desc{descState, descTerm, descLead, descComm, descAppl, descCont, descChg, descSnapS, descSnapB, descRefE, descRefL} {
 		ch <- d
 	}
 	n.m.apply.Describe(ch)
@@ -88,5 +92,11 @@ func (n *Node) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descChg, prometheus.CounterValue, float64(n.m.leaderChanges.Load()))
 	ch <- prometheus.MustNewConstMetric(descSnapS, prometheus.GaugeValue, math.Float64frombits(n.m.snapSeconds.Load()))
 	ch <- prometheus.MustNewConstMetric(descSnapB, prometheus.GaugeValue, float64(n.m.snapBytes.Load()))
+	ch <- prometheus.MustNewConstMetric(descRefE, prometheus.CounterValue, float64(n.m.refused.Load()))
+	var links uint64
+	if n.m.linksRefused != nil {
+		links = n.m.linksRefused()
+	}
+	ch <- prometheus.MustNewConstMetric(descRefL, prometheus.CounterValue, float64(links))
 	n.m.apply.Collect(ch)
 }

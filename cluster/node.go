@@ -80,6 +80,7 @@ type Node struct {
 	cfg     Config
 	wal     *wal.WAL
 	trans   raft.Transport
+	links   *linkLayer // nil with cfg.Transport
 	leading chan bool
 	m       *metrics
 	// Fresh: the directory held no state when the node opened.
@@ -120,24 +121,25 @@ func Open(cfg Config) (*Node, error) {
 		w.Close()
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
+	m := newMetrics()
+	var rp atomic.Pointer[raft.Raft]
 	trans := cfg.Transport
+	var links *linkLayer
 	if trans == nil {
+		ln, lerr := net.Listen("tcp", cfg.Raft)
+		if lerr != nil {
+			w.Close()
+			return nil, fmt.Errorf("cluster: --raft %s: %w", cfg.Raft, lerr)
+		}
 		adv, err := net.ResolveTCPAddr("tcp", cfg.Raft)
-		if err != nil {
+		if err != nil || adv.IP == nil || adv.IP.IsUnspecified() {
+			ln.Close()
 			w.Close()
-			return nil, fmt.Errorf("cluster: --raft %s: %w", cfg.Raft, err)
+			return nil, fmt.Errorf("cluster: --raft %s: the other nodes need an address they can reach, not an unspecified one", cfg.Raft)
 		}
-		if cfg.TLS != nil {
-			ln, lerr := net.Listen("tcp", cfg.Raft)
-			if lerr != nil {
-				w.Close()
-				return nil, fmt.Errorf("cluster: --raft %s: %w", cfg.Raft, lerr)
-			}
-			trans = raft.NewNetworkTransportWithLogger(&tlsLayer{Listener: ln, cfg: cfg.TLS}, 3, 10*time.Second, logger)
-		} else if trans, err = raft.NewTCPTransportWithLogger(cfg.Raft, adv, 3, 10*time.Second, logger); err != nil {
-			w.Close()
-			return nil, fmt.Errorf("cluster: --raft %s: %w", cfg.Raft, err)
-		}
+		links = newLinkLayer(advertised{ln, adv}, cfg.TLS, func() []string { return memberHosts(rp.Load(), cfg.Bootstrap) })
+		m.linksRefused = links.refused.Load
+		trans = raft.NewNetworkTransportWithLogger(links, 3, 10*time.Second, logger)
 	}
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
@@ -148,9 +150,8 @@ func Open(cfg Config) (*Node, error) {
 	leading := make(chan bool, 16)
 	rc.NotifyCh = leading
 
-	m := newMetrics()
 	fsm := NewFSM()
-	fsm.m = m
+	fsm.m, fsm.log = m, cfg.Log
 	has, err := raft.HasExistingState(w, w, snaps)
 	if err != nil {
 		w.Close()
@@ -178,9 +179,51 @@ func Open(cfg Config) (*Node, error) {
 		w.Close()
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	nd := &Node{Raft: r, FSM: fsm, cfg: cfg, wal: w, trans: trans, leading: leading, Fresh: !has, m: m}
+	rp.Store(r)
+	nd := &Node{Raft: r, FSM: fsm, cfg: cfg, wal: w, trans: trans, links: links, leading: leading, Fresh: !has, m: m}
 	nd.watchLeader()
 	return nd, nil
+}
+
+// advertised is the raft listener with the address the other nodes reach
+// it at (--raft), which raft puts in its messages.
+type advertised struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (a advertised) Addr() net.Addr { return a.addr }
+
+// memberHosts are the hosts of the group's raft addresses: raft's latest
+// configuration, or before raft runs, the bootstrap members'.
+func memberHosts(r *raft.Raft, bootstrap []Member) []string {
+	var addrs []string
+	if r != nil {
+		for _, s := range r.GetConfiguration().Configuration().Servers {
+			addrs = append(addrs, string(s.Address))
+		}
+	} else {
+		for _, m := range bootstrap {
+			addrs = append(addrs, m.Raft)
+		}
+	}
+	hosts := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		if h, _, err := net.SplitHostPort(a); err == nil {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
+}
+
+// ReverifyLinks closes the links between nodes whose peer's certificate
+// no longer verifies against the TLS files loaded last (after SIGHUP), and
+// returns how many it closed.
+func (n *Node) ReverifyLinks() int {
+	if n.links == nil {
+		return 0
+	}
+	return n.links.Reverify()
 }
 
 // AwaitLeadership waits until this node leads and has applied every entry

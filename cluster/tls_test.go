@@ -7,12 +7,15 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
 )
 
@@ -116,5 +119,167 @@ func TestNodesSpeakMutualTLSAndRefuseForeignCertificates(t *testing.T) {
 		if err == nil {
 			t.Fatalf("a peer with %s certificate was let in", name)
 		}
+	}
+}
+
+// cert signs a leaf for 127.0.0.1 with the given uses, as an operator's
+// CA would sign a worker's (clientAuth alone) or a server's.
+func (ca *testCA) leaf(t *testing.T, name string, ip string, uses ...x509.ExtKeyUsage) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP(ip)}, ExtKeyUsage: uses}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// refused reports whether the raft port at addr refuses a peer presenting
+// certs: the handshake fails, or (TLS 1.3) the first read does; a peer
+// let in is held open (the read times out).
+func refused(addr string, certs []tls.Certificate, ca *x509.CertPool) bool {
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+		&tls.Config{Certificates: certs, RootCAs: ca, ServerName: "127.0.0.1"})
+	if err != nil {
+		return true
+	}
+	defer c.Close()
+	c.Write([]byte{0})
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_, err = c.Read(make([]byte, 1))
+	var ne net.Error
+	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+}
+
+func TestRaftPortTakesOnlyNodeCertificatesNamingAMember(t *testing.T) {
+	ca := newTestCA(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := NodeTLS(ca.node(t, "n1"), ca.pool)
+	members := []string{"127.0.0.1"}
+	l := newLinkLayer(ln, func() *tls.Config { return cfg }, func() []string { return members })
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	addr := ln.Addr().String()
+	for name, cert := range map[string]tls.Certificate{
+		"a worker's (clientAuth alone)":    ca.leaf(t, "worker", "127.0.0.1", x509.ExtKeyUsageClientAuth),
+		"a server's (serverAuth alone)":    ca.leaf(t, "server", "127.0.0.1", x509.ExtKeyUsageServerAuth),
+		"a node's naming no member's host": ca.leaf(t, "elsewhere", "10.1.2.3", x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth),
+	} {
+		if !refused(addr, []tls.Certificate{cert}, ca.pool) {
+			t.Fatalf("the raft port let in a peer with %s certificate", name)
+		}
+	}
+	if refused(addr, []tls.Certificate{ca.node(t, "n2")}, ca.pool) {
+		t.Fatal("the raft port refused a node's certificate")
+	}
+
+	// A dialling node refuses a peer whose certificate is a plain server's.
+	sln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{ca.leaf(t, "server", "127.0.0.1", x509.ExtKeyUsageServerAuth)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sln.Close()
+	go func() {
+		for {
+			c, err := sln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { c.(*tls.Conn).Handshake(); c.Close() }()
+		}
+	}()
+	if c, err := l.Dial(raft.ServerAddress(sln.Addr().String()), 5*time.Second); err == nil {
+		c.Close()
+		t.Fatal("a node dialled a peer whose certificate is not a node's")
+	}
+
+	// Reloaded files that no longer trust a linked peer cut its link.
+	c, err := tls.Dial("tcp", addr, &tls.Config{Certificates: []tls.Certificate{ca.node(t, "n3")}, RootCAs: ca.pool, ServerName: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte{0}) // the greeting's first byte
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		l.mu.Lock()
+		n := len(l.links)
+		l.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the link never reached raft")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cfg = NodeTLS(ca.node(t, "n1"), newTestCA(t).pool)
+	if n := l.Reverify(); n != 1 {
+		t.Fatalf("%d links cut after the CA changed, want 1", n)
+	}
+}
+
+func TestRaftPortClosesSilentPeersAndCapsThoseInTheirGreeting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLinkLayer(ln, nil, func() []string { return nil })
+	l.greetFor = 300 * time.Millisecond
+	defer l.Close()
+	var silent []net.Conn
+	for range maxGreeting + 20 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent = append(silent, c)
+	}
+	// Every silent peer is closed: those past the cap at once, the others
+	// after the greeting's deadline.
+	start := time.Now()
+	for _, c := range silent {
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			t.Fatal("a silent peer was sent something")
+		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("a silent peer was still open after %v", time.Since(start))
+		}
+		c.Close()
+	}
+	if got := l.refused.Load(); got != maxGreeting+20 {
+		t.Fatalf("%d connections refused, want %d", got, maxGreeting+20)
+	}
+	// A peer that speaks is handed to raft, first byte and all.
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("hi"))
+	got, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	b := make([]byte, 2)
+	if _, err := io.ReadFull(got, b); err != nil || string(b) != "hi" {
+		t.Fatalf("raft read %q, %v", b, err)
 	}
 }

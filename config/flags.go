@@ -101,6 +101,12 @@ type Config struct {
 	// upstream beanstalkd's, imported first) whose jobs seed an empty group
 	// when this node first leads it.
 	ClusterImport string
+	// The links between nodes: --cluster-cert, --cluster-key and
+	// --cluster-ca (PEM) secure them with a certificate and a CA of their
+	// own, apart from the clients'; RaftInsecure (--raft-insecure-plaintext)
+	// lets them run in plaintext on a --raft address that is not loopback.
+	ClusterCert, ClusterKey, ClusterCA string
+	RaftInsecure                       bool
 	// TLS: --tls-listen (HOST:PORT of a TLS listener beside the plaintext
 	// one), --tls-only (no plaintext listener), --tls-cert and --tls-key
 	// (PEM), --tls-client-ca (clients must present a certificate it
@@ -280,19 +286,23 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 		case cfg.NodeID == "" || cfg.RaftAddr == "":
 			return fail("--cluster-dir needs --node-id and --raft")
 		}
-	} else if cfg.NodeID != "" || cfg.RaftAddr != "" || cfg.Bootstrap != "" || cfg.Join != "" || cfg.ClusterImport != "" {
-		return fail("--node-id, --raft, --bootstrap, --join and --cluster-import go with --cluster-dir")
+	} else if cfg.NodeID != "" || cfg.RaftAddr != "" || cfg.Bootstrap != "" || cfg.Join != "" || cfg.ClusterImport != "" ||
+		cfg.ClusterCert != "" || cfg.ClusterKey != "" || cfg.ClusterCA != "" || cfg.RaftInsecure {
+		return fail("--node-id, --raft, --bootstrap, --join, --cluster-import, --cluster-cert, --cluster-key, --cluster-ca and --raft-insecure-plaintext go with --cluster-dir")
+	}
+	if msg := cfg.linkSecurity(); msg != "" {
+		return fail("%s", msg)
 	}
 	tlsFiles := cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSClientCA != ""
 	switch {
 	case cfg.HTTPPlain && cfg.HTTPAddr == "":
 		return fail("--http-plain goes with --http")
-	case cfg.ClusterDir != "" && tlsFiles &&
+	case cfg.ClusterDir != "" && cfg.ClusterCA == "" && tlsFiles &&
 		(cfg.TLSCert == "" || cfg.TLSKey == "" || cfg.TLSClientCA == ""):
 		return fail("the links between cluster nodes take --tls-cert, --tls-key and --tls-client-ca together")
 	case cfg.TLSOnly && cfg.TLSListen == "":
 		return fail("--tls-only goes with --tls-listen")
-	case tlsFiles && cfg.TLSListen == "" && cfg.ClusterDir == "" && (cfg.HTTPAddr == "" || cfg.HTTPPlain):
+	case tlsFiles && cfg.TLSListen == "" && (cfg.ClusterDir == "" || cfg.ClusterCA != "") && (cfg.HTTPAddr == "" || cfg.HTTPPlain):
 		return fail("--tls-cert, --tls-key and --tls-client-ca go with --tls-listen, with --http (for HTTPS) or, for the links between nodes, with --cluster-dir")
 	case cfg.TLSListen != "" && (cfg.TLSCert == "" || cfg.TLSKey == ""):
 		return fail("--tls-listen needs --tls-cert and --tls-key")
@@ -370,6 +380,10 @@ var longOpts = []longOpt{
 	}},
 	{name: "--bootstrap", set: nonEmpty(func(cfg *Config, v string) { cfg.Bootstrap = v })},
 	{name: "--cluster-import", set: nonEmpty(func(cfg *Config, v string) { cfg.ClusterImport = v })},
+	{name: "--cluster-cert", set: nonEmpty(func(cfg *Config, v string) { cfg.ClusterCert = v })},
+	{name: "--cluster-key", set: nonEmpty(func(cfg *Config, v string) { cfg.ClusterKey = v })},
+	{name: "--cluster-ca", set: nonEmpty(func(cfg *Config, v string) { cfg.ClusterCA = v })},
+	{name: "--raft-insecure-plaintext", flag: func(cfg *Config) { cfg.RaftInsecure = true }},
 	{name: "--join", set: func(cfg *Config, v string) error {
 		_, hostPort := splitScheme(v)
 		if _, _, err := net.SplitHostPort(hostPort); err != nil {
@@ -397,6 +411,42 @@ var longOpts = []longOpt{
 		cfg.MetricsMaxTubes = int(n)
 		return nil
 	}},
+}
+
+// LinkTLS reports whether the links between cluster nodes use TLS: with
+// --cluster-cert, --cluster-key and --cluster-ca, or else with --tls-cert,
+// --tls-key and --tls-client-ca.
+func (c *Config) LinkTLS() bool {
+	return c.ClusterDir != "" && (c.ClusterCA != "" || c.TLSClientCA != "")
+}
+
+// linkSecurity is what is wrong with the links' settings, or "": the three
+// --cluster-* files go together, and plaintext links are refused on a
+// --raft address other than loopback unless --raft-insecure-plaintext
+// says the operator means it (whoever reaches a plaintext raft port can
+// rewrite the queue).
+func (c *Config) linkSecurity() string {
+	if c.ClusterDir == "" {
+		return ""
+	}
+	n := 0
+	for _, f := range []string{c.ClusterCert, c.ClusterKey, c.ClusterCA} {
+		if f != "" {
+			n++
+		}
+	}
+	if n != 0 && n != 3 {
+		return "--cluster-cert, --cluster-key and --cluster-ca go together"
+	}
+	if c.LinkTLS() || c.RaftInsecure {
+		return ""
+	}
+	host, _, _ := net.SplitHostPort(c.RaftAddr)
+	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+		return ""
+	}
+	return "--raft " + c.RaftAddr + " is not a loopback address and the links between nodes have no TLS: anyone who reaches it could rewrite the queue. " +
+		"Give --cluster-cert, --cluster-key and --cluster-ca (see docs/cluster.md), or --raft-insecure-plaintext to run the links in plaintext anyway"
 }
 
 // HTTPS reports whether --http serves HTTPS: with --tls-cert and --tls-key

@@ -94,6 +94,15 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
  --cluster-import DIR
             seed an empty group with the jobs of the binlog in DIR
             (beanpole's, or beanstalkd's, which is imported first)
+ --cluster-cert FILE, --cluster-key FILE, --cluster-ca FILE
+            secure the links between nodes with mutual TLS: this node's
+            certificate (serverAuth and clientAuth, naming its --raft
+            host) and key, and the CA that signed every node's and no
+            client's (PEM; SIGHUP reads them again)
+ --raft-insecure-plaintext
+            run the links in plaintext on a --raft address that is not
+            loopback (refused otherwise: whoever reaches the port could
+            rewrite the queue)
 
 TLS, beside or instead of the plaintext listener (see docs/tls.md):
  --tls-listen HOST:PORT
@@ -313,6 +322,23 @@ func TestParse(t *testing.T) {
 			want: with(func(c *Config) {
 				c.TLSListen, c.TLSCert, c.TLSKey, c.TLSClientCA, c.ClusterDir, c.NodeID, c.RaftAddr = ":11301", "c", "k", "ca", "d", "a", "127.0.0.1:7000"
 			})},
+		{name: "plaintext links refused off loopback", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=0.0.0.0:7000"},
+			stderr: usageErr("--raft 0.0.0.0:7000 is not a loopback address and the links between nodes have no TLS: anyone who reaches it could rewrite the queue. " +
+				"Give --cluster-cert, --cluster-key and --cluster-ca (see docs/cluster.md), or --raft-insecure-plaintext to run the links in plaintext anyway"), code: 5, done: true},
+		{name: "plaintext links off loopback when asked for", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=10.0.0.1:7000", "--raft-insecure-plaintext"},
+			want: with(func(c *Config) {
+				c.ClusterDir, c.NodeID, c.RaftAddr, c.RaftInsecure = "d", "a", "10.0.0.1:7000", true
+			})},
+		{name: "links with their own ca", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=10.0.0.1:7000",
+			"--cluster-cert=nc", "--cluster-key=nk", "--cluster-ca=nca", "--tls-listen=:11301", "--tls-cert=c", "--tls-key=k"},
+			want: with(func(c *Config) {
+				c.ClusterDir, c.NodeID, c.RaftAddr, c.ClusterCert, c.ClusterKey, c.ClusterCA = "d", "a", "10.0.0.1:7000", "nc", "nk", "nca"
+				c.TLSListen, c.TLSCert, c.TLSKey = ":11301", "c", "k"
+			})},
+		{name: "the links' files go together", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--cluster-ca=nca"},
+			stderr: usageErr("--cluster-cert, --cluster-key and --cluster-ca go together"), code: 5, done: true},
+		{name: "the links' files go with a cluster", args: []string{"--cluster-ca=nca"},
+			stderr: usageErr("--node-id, --raft, --bootstrap, --join, --cluster-import, --cluster-cert, --cluster-key, --cluster-ca and --raft-insecure-plaintext go with --cluster-dir"), code: 5, done: true},
 		{name: "pprof takes no value", args: []string{"--http-pprof=1"},
 			stderr: usageErr("flag takes no argument: --http-pprof"), code: 5, done: true},
 		{name: "http max conns", args: []string{"--http-max-conns=5"},

@@ -92,6 +92,15 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
  --cluster-import DIR
             seed an empty group with the jobs of the binlog in DIR
             (beanpole's, or beanstalkd's, which is imported first)
+ --cluster-cert FILE, --cluster-key FILE, --cluster-ca FILE
+            secure the links between nodes with mutual TLS: this node's
+            certificate (serverAuth and clientAuth, naming its --raft
+            host) and key, and the CA that signed every node's and no
+            client's (PEM; SIGHUP reads them again)
+ --raft-insecure-plaintext
+            run the links in plaintext on a --raft address that is not
+            loopback (refused otherwise: whoever reaches the port could
+            rewrite the queue)
 
 TLS, beside or instead of the plaintext listener (see docs/tls.md):
  --tls-listen HOST:PORT
