@@ -166,16 +166,16 @@ func (tc *testCluster) leaderAbove(term uint64, excluded ...*clusterNode) (*clus
 	var found *clusterNode
 	var at uint64
 	waitFor(tc.t, 45*time.Second, fmt.Sprintf("a leader in a term above %d", term), func() bool {
+		found = nil
 		for _, nd := range tc.nodes {
 			if nd.srv == nil || containsNode(excluded, nd) {
 				continue
 			}
 			if st := tc.fullStatus(nd); st.State == "leader" && st.Term > term {
 				found, at = nd, st.Term
-				return true
 			}
 		}
-		return false
+		return found != nil
 	})
 	return found, at
 }
