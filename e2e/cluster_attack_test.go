@@ -33,11 +33,12 @@ func clusterTLSArgs(t *testing.T, ca *testCA, dir, name string) []string {
 }
 
 // A worker's certificate (clientAuth only) that the links' CA signed, or
-// the clients' CA signed, is no node's: the raft port refuses it, and the
-// RPCs sent with it, a forged AppendEntries to a follower and a forged
-// RequestVote with LeadershipTransfer to the leader, get no answer and
-// change nothing. A stranger speaking raft in plaintext to a TLS raft port
-// gets nothing either.
+// the clients' CA signed, is no node's, nor is one of the links' CA that
+// names no member's host: the raft port refuses it, and the RPCs sent
+// with it, a forged AppendEntries to a follower and a forged RequestVote
+// with LeadershipTransfer to the leader, get no answer and change
+// nothing. A stranger speaking raft in plaintext to a TLS raft port gets
+// nothing either.
 func TestRaftPortRefusesAWorkerCertificateAndItsForgedRPCs(t *testing.T) {
 	t.Run("shared CA", func(t *testing.T) {
 		// --tls-cert, --tls-key and --tls-client-ca: the same CA signs the
@@ -49,7 +50,11 @@ func TestRaftPortRefusesAWorkerCertificateAndItsForgedRPCs(t *testing.T) {
 			tc.start(nd, plainHTTP(nodeTLSArgs(t, ca, certs, nd.id))...)
 		}
 		_, _, worker := ca.issue(t, "worker", clientCert)
-		attackWithCertificates(t, tc, ca, map[string]tls.Certificate{"a worker certificate of the CA": worker})
+		_, _, elsewhere := ca.issue(t, "another host", elsewhereCert)
+		attackWithCertificates(t, tc, ca, map[string]tls.Certificate{
+			"a worker certificate of the CA":                        worker,
+			"a certificate of the CA for another host, both usages": elsewhere,
+		})
 	})
 	t.Run("cluster CA", func(t *testing.T) {
 		// --cluster-cert, --cluster-key and --cluster-ca for the links;
