@@ -12,8 +12,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/raft"
 )
 
 // Attacks on a cluster's raft port, by a stranger that speaks raft
@@ -107,9 +105,7 @@ func attackWithCertificates(t *testing.T, tc *testCluster, ca *testCA, certs map
 		if hbErr == nil || err == nil {
 			t.Fatalf("with %s, a forged AppendEntries to %s was answered (heartbeat: %v; entry: %+v, %v)", what, f.id, hbErr, resp, err)
 		}
-		rv, err := p.requestVote(lead.raft, &raft.RequestVoteRequest{RPCHeader: p.header(f.id), Term: rvTerm,
-			LastLogIndex: 1 << 40, LastLogTerm: rvTerm, LeadershipTransfer: true})
-		if err == nil {
+		if rv, err := p.forgeVote(lead.raft, f.id, rvTerm); err == nil {
 			t.Fatalf("with %s, a forged RequestVote to the leader %s was answered: %+v", what, lead.id, rv)
 		}
 	}
@@ -118,8 +114,7 @@ func attackWithCertificates(t *testing.T, tc *testCluster, ca *testCA, certs map
 	if hbErr, resp, err := plain.forgeEntry(f.raft, aeTerm, fst.CommitIndex, forgedPut(forgedID, "forged\r\n", 0)); hbErr == nil || err == nil {
 		t.Fatalf("a plaintext AppendEntries to %s's TLS raft port was answered (heartbeat: %v; entry: %+v, %v)", f.id, hbErr, resp, err)
 	}
-	if rv, err := plain.requestVote(lead.raft, &raft.RequestVoteRequest{RPCHeader: plain.header(f.id), Term: rvTerm,
-		LastLogIndex: 1 << 40, LastLogTerm: rvTerm, LeadershipTransfer: true}); err == nil {
+	if rv, err := plain.forgeVote(lead.raft, f.id, rvTerm); err == nil {
 		t.Fatalf("a plaintext RequestVote to %s's TLS raft port was answered: %+v", lead.id, rv)
 	}
 
@@ -195,8 +190,7 @@ func TestForgedRequestVoteDeposesALeaderThatFollowsAgainAndLosesNoJob(t *testing
 
 	p := newRaftPeer(t, nil)
 	forged := st.Term + 10
-	rv, err := p.requestVote(lead.raft, &raft.RequestVoteRequest{RPCHeader: p.header(f.id), Term: forged,
-		LastLogIndex: 1 << 40, LastLogTerm: forged, LeadershipTransfer: true})
+	rv, err := p.forgeVote(lead.raft, f.id, forged)
 	if err != nil {
 		t.Fatalf("the forged RequestVote to %s got no answer on a plaintext link: %v", lead.id, err)
 	}

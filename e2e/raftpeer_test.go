@@ -74,10 +74,14 @@ func (p *raftPeer) appendEntries(target string, req *raft.AppendEntriesRequest) 
 	return &resp, err
 }
 
-// requestVote sends one RequestVote to the raft address target.
-func (p *raftPeer) requestVote(target string, req *raft.RequestVoteRequest) (*raft.RequestVoteResponse, error) {
+// forgeVote asks the node at target, in term, for its vote for member as,
+// with LeadershipTransfer set (as a leader handing over its lead does), so
+// that a node that has a leader, or leads, grants it all the same; the
+// stranger's log claims to be longer than any.
+func (p *raftPeer) forgeVote(target, as string, term uint64) (*raft.RequestVoteResponse, error) {
 	var resp raft.RequestVoteResponse
-	err := p.trans.RequestVote("", raft.ServerAddress(target), req, &resp)
+	err := p.trans.RequestVote("", raft.ServerAddress(target), &raft.RequestVoteRequest{RPCHeader: p.header(as), Term: term,
+		LastLogIndex: 1 << 40, LastLogTerm: term, LeadershipTransfer: true}, &resp)
 	return &resp, err
 }
 
@@ -165,7 +169,7 @@ func (tc *testCluster) leaderAbove(term uint64, excluded ...*clusterNode) (*clus
 	tc.t.Helper()
 	var found *clusterNode
 	var at uint64
-	waitFor(tc.t, 45*time.Second, fmt.Sprintf("a leader in a term above %d", term), func() bool {
+	waitFor(tc.t, 30*time.Second, fmt.Sprintf("a leader in a term above %d", term), func() bool {
 		found = nil
 		for _, nd := range tc.nodes {
 			if nd.srv == nil || containsNode(excluded, nd) {
