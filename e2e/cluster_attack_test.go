@@ -96,7 +96,10 @@ func attackWithCertificates(t *testing.T, tc *testCluster, ca *testCA, certs map
 	aeTerm, rvTerm := before.Term+1000, before.Term+2000
 
 	for what, cert := range certs {
-		cfg := &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca.pool()}
+		// The certificate goes whatever CAs the node asks for (crypto/tls
+		// would otherwise send none of another CA's).
+		cfg := &tls.Config{RootCAs: ca.pool(),
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }}
 		for _, nd := range []*clusterNode{f, lead} {
 			expectRaftPortRefuses(t, nd.raft, cfg, what)
 		}
