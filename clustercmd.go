@@ -26,7 +26,9 @@ serves it (a node with --tls-cert and --tls-key does, unless --http-plain):
 usually the nodes' --tls-client-ca; without it the system's CAs are used.
 
   status                         the node's view: state, leader, term,
-                                 commit and applied index, members (JSON)
+                                 commit and applied index, members (JSON;
+                                 without the token, only its state and
+                                 whether it knows a leader)
   add --id ID --raft HOST:PORT   add a node to the group as a voter
   remove --id ID                 take a node out of the group
   transfer-leader [--id ID]      hand the lead to voter ID (default: the
@@ -79,11 +81,19 @@ func runCluster(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "beanpole cluster: --tls-ca: %v\n", err)
 		return 1
 	}
+	var token []byte
+	if f := opts["--token-file"]; f != "" {
+		var err error
+		if token, err = readToken(f); err != nil {
+			fmt.Fprintf(stderr, "beanpole cluster: --token-file: %v\n", err)
+			return 1
+		}
+	}
 	client := clusterClient(conf)
 	form := url.Values{}
 	switch cmd {
 	case "status":
-		return clusterRequest(client, http.MethodGet, base, "/cluster", "", nil, stdout, stderr)
+		return clusterRequest(client, http.MethodGet, base, "/cluster", string(token), nil, stdout, stderr)
 	case "add":
 		if opts["--id"] == "" || opts["--raft"] == "" {
 			return usage("add needs --id and --raft")
@@ -101,14 +111,6 @@ func runCluster(args []string, stdout, stderr io.Writer) int {
 		}
 	default:
 		return usage(fmt.Sprintf("unknown command %q", cmd))
-	}
-	var token []byte
-	if f := opts["--token-file"]; f != "" {
-		var err error
-		if token, err = readToken(f); err != nil {
-			fmt.Fprintf(stderr, "beanpole cluster: --token-file: %v\n", err)
-			return 1
-		}
 	}
 	return clusterRequest(client, http.MethodPost, base, "/cluster/"+cmd, string(token), form, stdout, stderr)
 }

@@ -18,103 +18,153 @@ import (
 	"github.com/beanpole/beanpole/admin"
 	"github.com/beanpole/beanpole/cluster"
 	"github.com/beanpole/beanpole/config"
-	"github.com/beanpole/beanpole/engine"
-	"github.com/beanpole/beanpole/loop"
 	"github.com/beanpole/beanpole/persist"
 )
 
-// exitDeposed is the exit status of a leader that lost the lead: its
-// engine holds reservations and jobs that the new leader may already have
-// handed out, so it stops, closing every client connection (as a
-// beanstalkd death does), and a restart (systemd's Restart=on-failure)
-// brings it back as a follower.
-const exitDeposed = 75
+// runNode runs a node of the group (--cluster-dir) until a stop: it
+// forwards its clients to the leader while it follows, and while it leads
+// loads a new engine from the replicated state and serves it with the
+// engine logging through raft. A node that loses the lead closes its
+// clients' connections (a client sees what it sees when a beanstalkd
+// server dies, and reconnects) and follows again, in the same process:
+// raft goes on all the while, so the node keeps voting and the group
+// keeps its majority.
+func (p *process) runNode(hup *reloader) int {
+	cfg, log := p.cfg, p.log
+	node, code := p.openNode()
+	if node == nil {
+		return code
+	}
+	hup.node.Store(node)
+	// From here on SIGUSR1, SIGTERM and SIGINT come to p.sigs: following
+	// takes a stop and ignores a drain (it means nothing to a node whose
+	// clients are served elsewhere); leading, the server's own handling
+	// takes both. A signal sent once the node says it leads is never lost.
+	signal.Notify(p.sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
+	seeded := false
+	for {
+		jl, stopped, err := p.follow(node)
+		if err != nil {
+			node.Close()
+			fmt.Fprintf(p.stderr, "beanpole: %v\n", err)
+			return 1
+		}
+		if stopped {
+			if jl != nil {
+				node.StepDown(jl)
+			}
+			leaveCluster(node, log)
+			return 0
+		}
+		if cfg.ClusterImport != "" && !seeded {
+			if code := seed(node, cfg.ClusterImport, log, p.stderr); code != 0 {
+				node.Close()
+				return code
+			}
+			seeded = true
+		}
+		var self, selfTLS string
+		if len(p.lns) > 0 {
+			self = clientAddr(p.lns[0], cfg.RaftAddr)
+		}
+		if p.tlsLn != nil {
+			selfTLS = clientAddr(p.tlsLn, cfg.RaftAddr)
+		}
+		if err := node.Announce(self, selfTLS); err != nil {
+			log.Warn().Err(err).Msg("cluster: could not announce this node as the leader; it follows again")
+			node.StepDown(jl)
+			continue
+		}
+		eng, code := p.newEngine()
+		if code != 0 {
+			node.StepDown(jl)
+			node.Close()
+			return code
+		}
+		jobs, maxID := node.FSM.State()
+		eng.Restore(jobs, maxID)
+		eng.SetJournal(jl)
+		log.Info().Str("node", cfg.NodeID).Int("jobs", len(jobs)).Uint64("max-id", maxID).Msg("cluster: leading")
+		warnFewIDs(log, maxID)
+		code, lost := p.serve(eng, nil, node)
+		node.StepDown(jl)
+		if !lost {
+			return code
+		}
+	}
+}
 
-// startCluster opens this node of the group (--cluster-dir), forwards its
-// clients to the leader until it leads itself, then loads the engine from
-// the replicated state and makes the engine log through raft. It returns a
-// non-zero exit code on failure or when stopped while following. With
-// TLS files, SIGHUP reloads them (reloadOnSIGHUP) while following instead
-// of being ignored, and the links between nodes use mutual TLS with the
-// files loaded last. handleSignals hands SIGUSR1, SIGTERM and SIGINT to
-// the server's own handling; it is called as soon as the node leads, so
-// a signal sent once the node says it leads is never lost.
-func startCluster(cfg *config.Config, eng *engine.Engine, lns []net.Listener, tlsLn net.Listener, adm *admin.Server, files *loop.TLSFiles, handleSignals func(), log zerolog.Logger, stderr io.Writer) (*cluster.Node, int) {
+// openNode opens this node of the group and, on its first start with
+// --join, asks a member to add it. With the links' TLS files, the links
+// between nodes use mutual TLS with the files loaded last.
+func (p *process) openNode() (*cluster.Node, int) {
+	cfg := p.cfg
 	var members []cluster.Member
 	if cfg.Bootstrap != "" {
 		var err error
 		if members, err = cluster.ParseMembers(cfg.Bootstrap); err != nil {
-			fmt.Fprintf(stderr, "beanpole: --bootstrap: %v\n", err)
+			fmt.Fprintf(p.stderr, "beanpole: --bootstrap: %v\n", err)
 			return nil, config.ExitUsage
 		}
 	}
 	var nodeTLS func() *tls.Config
-	if files != nil && cfg.TLSClientCA != "" {
+	if files := p.linkFiles; files != nil {
 		nodeTLS = func() *tls.Config {
 			c := files.Loaded()
 			return cluster.NodeTLS(c.Certificates[0], c.ClientCAs)
 		}
 	}
 	node, err := cluster.Open(cluster.Config{ID: cfg.NodeID, Dir: cfg.ClusterDir, Raft: cfg.RaftAddr,
-		Bootstrap: members, TLS: nodeTLS, Log: log})
+		Bootstrap: members, TLS: nodeTLS, Log: p.log})
 	if err != nil {
-		fmt.Fprintf(stderr, "beanpole: %v\n", err)
+		fmt.Fprintf(p.stderr, "beanpole: %v\n", err)
 		return nil, 1
 	}
-	adm.SetCluster(node)
+	p.adm.SetCluster(node)
 	if cfg.Join != "" && node.Fresh {
-		if code := join(cfg, nodeTLS, stderr); code != 0 {
+		if code := join(cfg, nodeTLS, p.stderr); code != 0 {
 			node.Close()
 			return nil, code
 		}
 	}
-	fw := node.Forward(lns, tlsLn)
-	log.Info().Str("node", cfg.NodeID).Str("raft", cfg.RaftAddr).Msg("cluster: following; clients are forwarded to the leader")
-
-	// While following, a stop ends the wait; drain mode means nothing yet
-	// and must not kill the process (its default), so it is ignored until
-	// the server's own handling takes it over. SIGHUP reloads the TLS
-	// files of HTTPS on --http if there are any, and is ignored otherwise.
-	signal.Ignore(syscall.SIGUSR1)
-	if files == nil {
-		signal.Ignore(syscall.SIGHUP)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	jl, err := node.AwaitLeadership(ctx)
-	fw.Stop()
-	if err != nil {
-		node.Close()
-		if ctx.Err() != nil {
-			return nil, 0 // stopped while following
-		}
-		fmt.Fprintf(stderr, "beanpole: %v\n", err)
-		return nil, 1
-	}
-	handleSignals()
-	if cfg.ClusterImport != "" {
-		if code := seed(node, cfg.ClusterImport, log, stderr); code != 0 {
-			node.Close()
-			return nil, code
-		}
-	}
-	var self, selfTLS string
-	if len(lns) > 0 {
-		self = clientAddr(lns[0], cfg.RaftAddr)
-	}
-	if tlsLn != nil {
-		selfTLS = clientAddr(tlsLn, cfg.RaftAddr)
-	}
-	if err := node.Announce(self, selfTLS); err != nil {
-		node.Close()
-		fmt.Fprintf(stderr, "beanpole: cluster: announcing the leader: %v\n", err)
-		return nil, exitDeposed
-	}
-	jobs, maxID := node.FSM.State()
-	eng.Restore(jobs, maxID)
-	eng.SetJournal(jl)
-	log.Info().Str("node", cfg.NodeID).Int("jobs", len(jobs)).Uint64("max-id", maxID).Msg("cluster: leading")
 	return node, 0
+}
+
+// follow forwards the node's clients to the leader until this node leads
+// (it returns the journal of its term) or a SIGTERM or SIGINT stops it
+// (stopped; the journal too if the node took the lead meanwhile).
+func (p *process) follow(node *cluster.Node) (jl *cluster.Journal, stopped bool, err error) {
+	p.adm.SetState(admin.Following)
+	fw := node.Forward(p.lns, p.tlsLn, reserveFDs(p.cfg))
+	defer fw.Stop()
+	p.log.Info().Str("node", p.cfg.NodeID).Str("raft", p.cfg.RaftAddr).Msg("cluster: following; clients are forwarded to the leader")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case sig := <-p.sigs:
+				if sig == syscall.SIGUSR1 {
+					p.log.Info().Msg("drain mode (SIGUSR1) is ignored while following: this node serves no client itself")
+					continue
+				}
+				stopped = true
+				cancel()
+				return
+			case <-done:
+				return
+			}
+		}
+	}()
+	jl, err = node.AwaitLeadership(ctx)
+	close(done)
+	<-watched
+	if stopped {
+		return jl, true, nil
+	}
+	return jl, false, err
 }
 
 // seed replicates the jobs of the binlog in dir into the group, once: a

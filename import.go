@@ -159,7 +159,7 @@ func copyUpstream(src, dst string, accept bool, stdout, stderr io.Writer) (int, 
 		fmt.Fprintf(stderr, "beanpole import: --from %s: refused, nothing copied: the damage above loses jobs; --accept-damage imports what can be read, as beanstalkd would start\n", src)
 		return 0, 1
 	}
-	names, err := upstreamFiles(src)
+	names, err := persist.UpstreamFiles(src)
 	if err != nil {
 		return 0, binlogFailure(stderr, "beanpole import", src, err, 1)
 	}
@@ -177,23 +177,6 @@ func copyUpstream(src, dst string, accept bool, stdout, stderr io.Writer) (int, 
 		return 0, binlogFailure(stderr, "beanpole import", dst, err, 1)
 	}
 	return len(names), 0
-}
-
-// upstreamFiles are the binlog.N files in dir, N a number, as beanstalkd
-// names them.
-func upstreamFiles(dir string) ([]string, error) {
-	names, err := filepath.Glob(filepath.Join(dir, "binlog.*"))
-	if err != nil {
-		return nil, err
-	}
-	var files []string
-	for _, name := range names {
-		n := strings.TrimPrefix(filepath.Base(name), "binlog.")
-		if n != "" && strings.Trim(n, "0123456789") == "" {
-			files = append(files, name)
-		}
-	}
-	return files, nil
 }
 
 // copyFile copies from to a new file to, durably.

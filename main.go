@@ -16,6 +16,8 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,6 +29,7 @@ import (
 	"github.com/beanpole/beanpole/internal/memtune"
 	"github.com/beanpole/beanpole/loop"
 	"github.com/beanpole/beanpole/persist"
+	"github.com/beanpole/beanpole/record"
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/diode"
 )
@@ -80,6 +83,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
+	// The links between cluster nodes take files of their own
+	// (--cluster-*), or else the clients' with their CA.
+	linkFiles := tlsFiles
+	if cfg.ClusterCA != "" {
+		if linkFiles, err = loop.LoadLinkTLS(cfg.ClusterCert, cfg.ClusterKey, cfg.ClusterCA); err != nil {
+			fmt.Fprintf(stderr, "beanpole: %v\n", err)
+			return 1
+		}
+	} else if !cfg.LinkTLS() {
+		linkFiles = nil
+	}
 	var tlsLn net.Listener
 	if cfg.TLSListen != "" {
 		if tlsLn, err = net.Listen("tcp", cfg.TLSListen); err != nil {
@@ -125,8 +139,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return config.ExitCodeFor(err)
 		}
 	}
+	hup := &reloader{log: log}
 	if tlsFiles != nil {
-		reloadOnSIGHUP(tlsFiles, log)
+		hup.files = append(hup.files, tlsFiles)
+	}
+	if linkFiles != nil && linkFiles != tlsFiles {
+		hup.files = append(hup.files, linkFiles)
+	}
+	if len(hup.files) > 0 {
+		hup.start()
+	} else if cfg.ClusterDir != "" {
+		signal.Ignore(syscall.SIGHUP)
 	}
 
 	// BEANPOLE_GC_HEADROOM_MB overrides the collector's headroom floor
@@ -138,60 +161,103 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if headroom > 0 {
 		memtune.KeepHeapHeadroom(headroom << 20)
 	}
-	loops := runtime.GOMAXPROCS(0)
-	eng := engine.New(loops)
-	// BEANPOLE_WALL_CLOCK_OFFSET (a Go duration) runs the engine's wall
-	// clock that far off the host's: fault tests give one cluster node a
-	// clock that disagrees with the others' with it.
+	// BEANPOLE_CPUPROFILE=FILE profiles the whole run (written at a
+	// graceful stop): how performance work on beanpole is measured.
+	if path := os.Getenv("BEANPOLE_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil && pprof.StartCPUProfile(f) == nil {
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+	}
+	p := &process{cfg: &cfg, lns: lns, tlsLn: tlsLn, tlsFiles: tlsFiles, linkFiles: linkFiles, adm: adm,
+		loops: runtime.GOMAXPROCS(0), sigs: make(chan os.Signal, 4), log: log, stderr: stderr}
+	signal.Ignore(syscall.SIGPIPE)
+	if cfg.ClusterDir != "" {
+		return p.runNode(hup)
+	}
+	return p.runSingle()
+}
+
+// process is what run sets up once, and what each spell of serving uses:
+// the single server's one, or each term a cluster node leads.
+type process struct {
+	cfg                 *config.Config
+	lns                 []net.Listener
+	tlsLn               net.Listener
+	tlsFiles, linkFiles *loop.TLSFiles
+	adm                 *admin.Server
+	loops               int
+	// sigs receive SIGUSR1 (drain), SIGTERM and SIGINT (stop) once the
+	// process asks for them: the single server from before its replay,
+	// a cluster node from its start (follow ignores a drain).
+	sigs    chan os.Signal
+	log     zerolog.Logger
+	stderr  io.Writer
+	eng     atomic.Pointer[engine.Engine] // the engine serving, for the memory releaser
+	memOnce sync.Once
+}
+
+// newEngine is an empty engine; BEANPOLE_WALL_CLOCK_OFFSET (a Go
+// duration) runs its wall clock that far off the host's: fault tests give
+// one cluster node a clock that disagrees with the others' with it.
+func (p *process) newEngine() (*engine.Engine, int) {
+	eng := engine.New(p.loops)
 	if v := os.Getenv("BEANPOLE_WALL_CLOCK_OFFSET"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			fmt.Fprintf(stderr, "beanpole: BEANPOLE_WALL_CLOCK_OFFSET: %v\n", err)
-			return config.ExitUsage
+			fmt.Fprintf(p.stderr, "beanpole: BEANPOLE_WALL_CLOCK_OFFSET: %v\n", err)
+			return nil, config.ExitUsage
 		}
 		eng.SetWallOffset(d)
 	}
-	// The server's own signal handling: drain mode, graceful stop. A
-	// cluster node takes it up once it leads, before it says so. A single
-	// server takes SIGUSR1 from before its replay, so that a drain asked
-	// for once the replay's log line is out is never lost (it applies
-	// when the server serves); a stop during the replay still ends it at
-	// once.
-	sigs := make(chan os.Signal, 4)
-	handleSignals := func() { signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT) }
-	if cfg.ClusterDir == "" {
-		signal.Notify(sigs, syscall.SIGUSR1)
-	}
-	// The binlog is opened after dropping privileges, as upstream does, so
-	// its files belong to the -u user.
-	blog, code := openBinlog(&cfg, eng, log, stderr)
+	return eng, 0
+}
+
+// runSingle is the server without a cluster: the binlog (-b) replayed into
+// the engine, then served until a stop. It takes SIGUSR1 from before its
+// replay, so that a drain asked for once the replay's log line is out is
+// never lost (it applies when the server serves); a stop during the
+// replay still ends it at once.
+func (p *process) runSingle() int {
+	eng, code := p.newEngine()
 	if code != 0 {
 		return code
 	}
-	var node *cluster.Node
-	if cfg.ClusterDir != "" {
-		if node, code = startCluster(&cfg, eng, lns, tlsLn, adm, tlsFiles, handleSignals, log, stderr); node == nil {
-			return code
-		}
-	}
-	var deposed <-chan struct{}
-	if node != nil {
-		deposed = node.LostLeadership()
+	signal.Notify(p.sigs, syscall.SIGUSR1)
+	// The binlog is opened after dropping privileges, as upstream does, so
+	// its files belong to the -u user.
+	blog, code := openBinlog(p.cfg, eng, p.log, p.stderr)
+	if code != 0 {
+		return code
 	}
 	if blog != nil {
 		defer blog.Close()
 	}
+	code, _ = p.serve(eng, blog, nil)
+	return code
+}
+
+// serve runs the engine on the listeners until a stop (SIGTERM, SIGINT:
+// graceful, code 0), a failed listener, or, on a cluster node, the loss of
+// the lead (lost): then the clients' connections are closed, as a
+// beanstalkd death closes them, and the listeners are left open for the
+// node to forward again.
+func (p *process) serve(eng *engine.Engine, blog *persist.Log, node *cluster.Node) (code int, lost bool) {
+	cfg, log := p.cfg, p.log
+	var deposed <-chan struct{}
+	if node != nil {
+		deposed = node.LostLeadership()
+	}
 	srv, err := loop.New(loop.Config{
-		Loops:      loops,
+		Loops:      p.loops,
 		MaxJobSize: cfg.MaxJobSize,
 		Version:    config.Version,
 		Verbosity:  cfg.Verbosity,
 		Log:        log,
-		ReserveFDs: reserveFDs(&cfg),
+		ReserveFDs: reserveFDs(cfg),
 	}, eng)
 	if err != nil {
-		fmt.Fprintf(stderr, "beanpole: %v\n", err)
-		return 1
+		fmt.Fprintf(p.stderr, "beanpole: %v\n", err)
+		return 1, false
 	}
 	srv.Binlog = func(st *codec.ServerStats) {
 		st.BinlogMaxSize = uint64(cfg.BinlogSize)
@@ -207,31 +273,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 		srv.Fence = node.Leads
 	}
 	if err := srv.Start(); err != nil {
-		fmt.Fprintf(stderr, "beanpole: %v\n", err)
-		return 1
+		fmt.Fprintf(p.stderr, "beanpole: %v\n", err)
+		return 1, false
 	}
 	// Measured once the loops run, since an address-space limit counts
 	// what they have mapped; set before the first client connects.
-	limitMemory(&cfg, eng, srv, log)
+	p.limitMemory(eng, srv)
 
-	// BEANPOLE_CPUPROFILE=FILE profiles the whole run (written at a
-	// graceful stop): how performance work on beanpole is measured.
-	if path := os.Getenv("BEANPOLE_CPUPROFILE"); path != "" {
-		if f, err := os.Create(path); err == nil && pprof.StartCPUProfile(f) == nil {
-			defer func() { pprof.StopCPUProfile(); f.Close() }()
-		}
-	}
-
-	handleSignals()
-	signal.Ignore(syscall.SIGPIPE)
-	served := make(chan error, len(lns)+1)
-	for _, ln := range lns {
+	signal.Notify(p.sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
+	served := make(chan error, len(p.lns)+1)
+	for _, ln := range p.lns {
 		go func() { served <- srv.Serve(ln) }()
 	}
-	if tlsLn != nil {
-		go func() { served <- srv.ServeTLS(tlsLn, tlsFiles.Config()) }()
+	if p.tlsLn != nil {
+		go func() { served <- srv.ServeTLS(p.tlsLn, p.tlsFiles.Config()) }()
 	}
-	adm.SetSource(statsSource{srv: srv, eng: eng, blog: blog, tls: tlsLn != nil}, eng)
+	adm := p.adm
+	adm.SetSource(statsSource{srv: srv, eng: eng, blog: blog, tls: p.tlsLn != nil}, eng)
 	adm.SetState(admin.Ready)
 	if err := config.SdNotify("READY=1"); err != nil {
 		log.Warn().Err(err).Msg("could not tell systemd the server is ready")
@@ -239,7 +297,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	for {
 		select {
-		case sig := <-sigs:
+		case sig := <-p.sigs:
 			if sig == syscall.SIGUSR1 {
 				// Drain mode, as upstream: puts are refused from now on.
 				eng.SetDraining()
@@ -256,7 +314,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				// served, so that a load balancer polling it stops
 				// sending new ones first; a second signal cuts it short.
 				log.Info().Str("signal", sig.String()).Str("stop-grace", cfg.StopGrace.String()).Msg("stopping: no new connections after the grace, the binlog is flushed")
-				graceOver(sigs, cfg.StopGrace)
+				graceOver(p.sigs, cfg.StopGrace)
 			} else {
 				log.Info().Str("signal", sig.String()).Msg("stopping: no new connections, the binlog is flushed")
 			}
@@ -268,45 +326,67 @@ func run(args []string, stdout, stderr io.Writer) int {
 				// Write and fsync what is queued before exiting.
 				if err := blog.Close(); err != nil {
 					log.Error().Err(err).Msg("closing the binlog")
-					return 1
+					return 1, false
 				}
 			}
-			return 0
+			return 0, false
 		case <-deposed:
-			log.Error().Msg("cluster: this node lost the lead; exiting so that a restart rejoins as a follower")
-			adm.SetState(admin.Stopping)
+			log.Warn().Msg("cluster: this node lost the lead; its clients' connections are closed and it follows again")
+			adm.SetState(admin.Following)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			srv.Stop(ctx)
-			adm.Shutdown(ctx) // the answer to a transfer-leader that deposed it
+			srv.StopKeepingListeners(ctx)
 			cancel()
-			_ = node.Close()
-			return exitDeposed
+			adm.ClearSource()
+			return 0, true
 		case err := <-served:
 			if err != nil {
 				log.Error().Err(err).Msg("listener failed")
-				return 1
+				return 1, false
 			}
-			return 0
+			return 0, false
 		}
 	}
 }
 
-// reloadOnSIGHUP reads the TLS files again at every SIGHUP, from the
-// binlog's replay or a cluster node's following on: new handshakes, on
-// --tls-listen and on HTTPS alike, get the files read then; open
-// connections keep theirs. A bad file keeps the ones loaded before.
-func reloadOnSIGHUP(files *loop.TLSFiles, log zerolog.Logger) {
+// reloader reads the TLS files again at every SIGHUP, from the binlog's
+// replay or a cluster node's start on: new handshakes, on --tls-listen, on
+// HTTPS and on the links between nodes, get the files read then; open
+// client connections keep theirs, and open links whose peer no longer
+// verifies are closed. A bad file keeps the ones loaded before.
+type reloader struct {
+	files []*loop.TLSFiles
+	node  atomic.Pointer[cluster.Node]
+	log   zerolog.Logger
+}
+
+func (r *reloader) start() {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
 		for range hup {
-			if err := files.Reload(); err != nil {
-				log.Error().Err(err).Msg("SIGHUP: the TLS files were not reloaded; the ones loaded before stay in use")
-			} else {
-				log.Info().Msg("SIGHUP: the TLS certificate, key and client CA were reloaded")
-			}
+			r.reload()
 		}
 	}()
+}
+
+var reloaded = map[bool]string{
+	false: "SIGHUP: the TLS certificate, key and client CA were reloaded",
+	true:  "SIGHUP: the links' certificate, key and CA (--cluster-*) were reloaded",
+}
+
+func (r *reloader) reload() {
+	for _, f := range r.files {
+		if err := f.Reload(); err != nil {
+			r.log.Error().Err(err).Msg("SIGHUP: the TLS files were not reloaded; the ones loaded before stay in use")
+		} else {
+			r.log.Info().Msg(reloaded[f.Flags[0] == "--cluster-cert"])
+		}
+	}
+	if n := r.node.Load(); n != nil {
+		if cut := n.ReverifyLinks(); cut > 0 {
+			r.log.Warn().Int("links", cut).Msg("SIGHUP: closed the links to nodes whose certificate no longer verifies")
+		}
+	}
 }
 
 // graceOver waits d, or until a SIGTERM or SIGINT comes first (SIGUSR1,
@@ -333,7 +413,9 @@ func graceOver(sigs <-chan os.Signal, d time.Duration) {
 // runtime's soft memory limit (unless GOMEMLIMIT set one) and the release
 // of freed memory after a drain (internal/memtune; BEANPOLE_RELEASE_MEMORY=0
 // turns it off).
-func limitMemory(cfg *config.Config, eng *engine.Engine, srv *loop.Server, log zerolog.Logger) {
+func (p *process) limitMemory(eng *engine.Engine, srv *loop.Server) {
+	cfg, log := p.cfg, p.log
+	p.eng.Store(eng)
 	budget := config.DetectMemoryBudget()
 	input := max(budget.Bytes/8, 64<<20)
 	if v, err := strconv.ParseInt(os.Getenv("BEANPOLE_INPUT_BUDGET_MB"), 10, 32); err == nil && v > 0 {
@@ -356,16 +438,22 @@ func limitMemory(cfg *config.Config, eng *engine.Engine, srv *loop.Server, log z
 			Msg("the recovered jobs are past the job-memory ceiling: puts get OUT_OF_MEMORY until enough are deleted")
 	}
 	if os.Getenv("BEANPOLE_RELEASE_MEMORY") != "0" {
-		memtune.GiveMemoryBack(func() int64 { u, _ := eng.JobMemory(); return u }, log)
+		p.memOnce.Do(func() {
+			memtune.GiveMemoryBack(func() int64 { u, _ := p.eng.Load().JobMemory(); return u }, log)
+		})
 	}
 }
 
 // reserveFDs is how many descriptors the server keeps free for the binlog
 // by shedding new connections near the open-file limit: a new segment,
 // its spare, the directory opened to fsync it, a file being compacted.
-// Without -b nothing needs them.
+// A cluster node keeps cluster.ReserveFDs for raft, following (the
+// forwarder) as leading. Without -b nothing needs them.
 func reserveFDs(cfg *config.Config) int {
-	if cfg.BinlogDir == "" {
+	switch {
+	case cfg.ClusterDir != "":
+		return cluster.ReserveFDs
+	case cfg.BinlogDir == "":
 		return 0
 	}
 	return 16
@@ -394,7 +482,7 @@ func openBinlog(cfg *config.Config, eng *engine.Engine, log zerolog.Logger, stde
 	blog, rec, err := persist.Open(opts, log.With().Str("component", "binlog").Logger())
 	if err != nil {
 		// Upstream exits 10 ("failed to lock wal dir") whenever it cannot
-		// use the directory.
+		// lock the directory, 1 when it cannot replay what it holds.
 		return nil, binlogFailure(stderr, "beanpole", cfg.BinlogDir, err, config.ExitLocked)
 	}
 	for _, p := range rec.Problems {
@@ -410,7 +498,16 @@ func openBinlog(cfg *config.Config, eng *engine.Engine, log zerolog.Logger, stde
 	log.Info().Int("jobs", len(rec.Jobs)).Int("records", rec.Records).Int("segments", rec.Segments).
 		Uint64("max-id", rec.MaxID).Int("problems", len(rec.Problems)).Str("took", time.Since(start).Round(time.Millisecond/10).String()).
 		Msg("binlog replayed")
+	warnFewIDs(log, rec.MaxID)
 	return blog, 0
+}
+
+// warnFewIDs warns when few job ids are left after maxID, the highest
+// used (record.IDsLeft).
+func warnFewIDs(log zerolog.Logger, maxID uint64) {
+	if left, few := record.IDsLeft(maxID); few {
+		log.Warn().Uint64("max-id", maxID).Uint64("ids-left", left).Msg(record.FewIDsLeft(left))
+	}
 }
 
 // logTimeFormat is the time of every log line, console and JSON alike, of
@@ -450,7 +547,8 @@ func listenerName(ln net.Listener) string {
 // binlogFailure reports why dir could not be used as a binlog directory,
 // with what to do about it, and returns the exit code: ExitLocked when a
 // server holds it, ExitReadOnly or ExitPermission when it cannot be
-// written, 1 for a format this version cannot read, otherwise fallback.
+// written, 1 for a format this version cannot read or a binlog that
+// cannot be read once the directory is locked, otherwise fallback.
 func binlogFailure(stderr io.Writer, prog, dir string, err error, fallback int) int {
 	fmt.Fprintf(stderr, "%s: -b %s: %v\n", prog, dir, err)
 	// The switch from beanstalkd is the usual way into a directory of
@@ -469,6 +567,8 @@ func binlogFailure(stderr io.Writer, prog, dir string, err error, fallback int) 
 		fmt.Fprintf(stderr, "%s: permission denied: uid %d may not write %s or read its files; if it is beanstalkd's, `beanpole import --from %s -b /var/lib/beanpole`, run as root, imports its binlog for beanpole's user without changing it\n",
 			prog, os.Geteuid(), dir, dir)
 		return code
+	case errors.Is(err, persist.ErrUnusable):
+		return 1
 	}
 	return fallback
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -11,8 +12,12 @@ import (
 // Cluster is what the HTTP side shows of a cluster node (GET /cluster) and
 // asks of it (POST /cluster/{add,remove,transfer-leader}, with the token).
 type Cluster interface {
-	// Status is the node's view of the group, encoded as JSON.
+	// Status is the node's view of the group, encoded as JSON: for
+	// whoever has the token.
 	Status() any
+	// Summary is what anyone may see: whether the node leads, follows or
+	// looks for a leader, and whether it knows one.
+	Summary() any
 	AddVoter(id, raft string) error
 	Remove(id string) error
 	TransferLeader(id string) error
@@ -40,15 +45,27 @@ func (d *dashboard) node(w http.ResponseWriter) Cluster {
 	return *p
 }
 
+// clusterStatus answers GET /cluster: the node's view of the group with the
+// token (ids, addresses, terms and indexes tell an attacker where to aim),
+// a health summary without it.
 func (d *dashboard) clusterStatus(w http.ResponseWriter, r *http.Request) {
 	c := d.node(w)
 	if c == nil {
 		return
 	}
+	var v any
+	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && d.token != nil {
+		if !d.authorized(w, r, tok, "") {
+			return
+		}
+		v = c.Status()
+	} else {
+		v = c.Summary()
+	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(c.Status())
+	_ = enc.Encode(v)
 }
 
 // clusterAction changes the group's membership or leader. add and remove

@@ -73,6 +73,7 @@ func must[T any](v T, err error) T {
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"dur":  fmtDur,
+	"rate": fmtRate,
 	"body": showBody,
 	"list": func() []string { return []string{"ready", "delayed", "buried"} },
 	"inc":  func(n int) int { return n + 1 },
@@ -99,6 +100,7 @@ type dashboard struct {
 	bodies bool
 	fails  *failures
 	oldest *oldestCache
+	rates  tubeRates
 	log    zerolog.Logger
 }
 
@@ -108,7 +110,10 @@ func newDashboard(s *Server, opts Options) *dashboard {
 		d.token = opts.Token
 	}
 	d.oldest = newOldestCache(func(tube []byte) (time.Duration, bool) {
-		return s.src.Load().eng.OldestReady(tube)
+		if p := s.src.Load(); p != nil {
+			return p.eng.OldestReady(tube)
+		}
+		return 0, false
 	})
 	return d
 }
@@ -162,6 +167,10 @@ type tubeRow struct {
 	Pause       uint64  `json:"pause"`
 	PauseLeft   uint64  `json:"pause_time_left"`
 	OldestReady float64 `json:"oldest_ready_seconds"`
+	// PutRate and DeleteRate are puts and deletes a second (rates.go);
+	// nil when unknown.
+	PutRate    *float64 `json:"puts_per_sec"`
+	DeleteRate *float64 `json:"deletes_per_sec"`
 }
 
 func (t *tubeRow) jobs() uint64 { return t.Ready + t.Delayed + t.Reserved + t.Buried }
@@ -181,12 +190,15 @@ type overviewData struct {
 	Cluster    any            `json:"cluster,omitempty"` // the node's view of its group, in cluster mode
 	Tubes      []tubeRow      `json:"tubes"`
 	TubesTotal int            `json:"tubes_total"`
-	ReadOnly   bool           `json:"read_only"`
-	Msg        string         `json:"-"`
+	// RatesSince is when the counts the tubes' rates are taken against
+	// were read (Unix milliseconds).
+	RatesSince int64  `json:"rates_since_ms"`
+	ReadOnly   bool   `json:"read_only"`
+	Msg        string `json:"-"`
 }
 
-func (d *dashboard) snapshot(src *sources, tubes int) overviewData {
-	o := overviewData{Time: time.Now().UnixMilli(), Server: map[string]any{}, ReadOnly: d.token == nil}
+func (d *dashboard) snapshot(src *sources, tubes int, now time.Time) overviewData {
+	o := overviewData{Time: now.UnixMilli(), Server: map[string]any{}, ReadOnly: d.token == nil}
 	var st codec.ServerStats
 	src.stats.ServerStats(&st)
 	eachStat(codec.AppendStats(nil, &st), func(key string, v float64, s string, isNum bool) {
@@ -223,19 +235,25 @@ func (d *dashboard) snapshot(src *sources, tubes int) overviewData {
 	if len(rows) > tubes {
 		rows = rows[:tubes]
 	}
-	now := time.Now()
+	o.Tubes = rows
+	return o
+}
+
+// addOldest sets the age of each row's oldest ready job.
+func (d *dashboard) addOldest(rows []tubeRow, now time.Time) {
 	for i := range rows {
 		if rows[i].Ready > 0 {
 			age, _ := d.oldest.get(rows[i].Name, now)
 			rows[i].OldestReady = age.Seconds()
 		}
 	}
-	o.Tubes = rows
-	return o
 }
 
 func (d *dashboard) overview(w http.ResponseWriter, r *http.Request, src *sources) {
-	o := d.snapshot(src, overviewTubes)
+	o, ok := d.rated(r.Context(), src)
+	if !ok {
+		return // the client went away
+	}
 	o.Msg = r.URL.Query().Get("msg")
 	d.render(w, http.StatusOK, "overview.html", o)
 }
@@ -243,7 +261,11 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request, src *source
 func (d *dashboard) overviewJSON(w http.ResponseWriter, r *http.Request, src *sources) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	_ = json.NewEncoder(w).Encode(d.snapshot(src, overviewTubes))
+	o, ok := d.rated(r.Context(), src)
+	if !ok {
+		return // the client went away
+	}
+	_ = json.NewEncoder(w).Encode(o)
 }
 
 type tubePage struct {
@@ -612,7 +634,8 @@ func (d *dashboard) done(w http.ResponseWriter, r *http.Request, src *sources, t
 		switch {
 		case errors.Is(err, engine.ErrNoTube), errors.Is(err, engine.ErrNoJob):
 			code = http.StatusNotFound
-		case errors.Is(err, engine.ErrNoRoom), errors.Is(err, engine.ErrLogFailed), errors.Is(err, engine.ErrNoMemory):
+		case errors.Is(err, engine.ErrNoRoom), errors.Is(err, engine.ErrLogFailed), errors.Is(err, engine.ErrNoMemory),
+			errors.Is(err, engine.ErrNoIDs):
 			code = http.StatusServiceUnavailable
 		}
 		d.fail(w, code, act+": "+err.Error())
@@ -655,6 +678,17 @@ func (d *dashboard) fail(w http.ResponseWriter, code int, msg string) {
 
 // fmtDur shows a duration the way the page's script does: "42s", "2m50s",
 // "1h5m".
+// fmtRate is the page's fmtRate: "–" when unknown, one decimal below 10.
+func fmtRate(r *float64) string {
+	switch {
+	case r == nil:
+		return "–"
+	case *r < 10:
+		return strconv.FormatFloat(*r, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(math.Round(*r), 'f', 0, 64)
+}
+
 func fmtDur(secs float64) string {
 	s := int64(math.Round(secs))
 	switch {

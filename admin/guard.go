@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/beanpole/beanpole/internal/share"
 	"github.com/rs/zerolog"
 )
 
@@ -119,12 +120,7 @@ func clientOf(remote string) netip.Prefix {
 	if err != nil {
 		return netip.Prefix{}
 	}
-	a := ap.Addr().Unmap().WithZone("")
-	if a.Is4() {
-		return netip.PrefixFrom(a, 32)
-	}
-	p, _ := a.Prefix(64)
-	return p
+	return share.ClientOf(ap.Addr())
 }
 
 // take spends one of the client's tries before its token is compared;

@@ -11,6 +11,7 @@ import (
 	"github.com/beanpole/beanpole/engine"
 	"github.com/beanpole/beanpole/persist"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 )
 
 // Source is what the metrics are read from: the same figures `stats`,
@@ -132,7 +133,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				prometheus.CounterValue, float64(n))
 			ch <- prometheus.MustNewConstMetric(
 				prometheus.NewDesc("beanpole_tls_handshakes_shed_total",
-					"TLS connections (--tls-listen) closed unanswered because 1,024 handshakes, or a quarter of the open-file limit, were in progress.", nil, nil),
+					"TLS connections (--tls-listen) closed unanswered, or their handshakes cut short for another address's, because 1,024 handshakes, or a quarter of the open-file limit, were in progress.", nil, nil),
 				prometheus.CounterValue, float64(t.TLSHandshakesShed()))
 			ch <- prometheus.MustNewConstMetric(
 				prometheus.NewDesc("beanpole_tls_connections",
@@ -158,6 +159,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for k := engine.MemKind(0); k < engine.NumMemKinds; k++ {
 		ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(src.Memory(k)), engine.MemKindNames[k])
 	}
+	var nofile unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile) == nil {
+		ch <- prometheus.MustNewConstMetric(
+			prometheus.NewDesc("beanpole_open_files_limit",
+				"The open-file limit (soft RLIMIT_NOFILE, read at each scrape): every connection, protocol or HTTP, takes a descriptor of it.", nil, nil),
+			prometheus.GaugeValue, float64(nofile.Cur))
+	}
 	ch <- prometheus.MustNewConstMetric(
 		prometheus.NewDesc("beanpole_http_connections", "HTTP connections open (--http).", nil, nil),
 		prometheus.GaugeValue, float64(c.http.open.Load()))
@@ -165,6 +173,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		prometheus.NewDesc("beanpole_http_connections_refused_total",
 			"HTTP connections closed as soon as accepted: past --http-max-conns, or near the open-file limit.", nil, nil),
 		prometheus.CounterValue, float64(c.http.refused.Load()))
+	ch <- prometheus.MustNewConstMetric(
+		prometheus.NewDesc("beanpole_http_connections_evicted_total",
+			"HTTP connections closed to make room for another at --http-max-conns: idle ones first, then those of an address past its share.", nil, nil),
+		prometheus.CounterValue, float64(c.http.evicted.Load()))
 	descLoop := prometheus.NewDesc("beanpole_loop_connections", "Open connections served by each event loop.", []string{"loop"}, nil)
 	for i, n := range src.LoopConnections(nil) {
 		ch <- prometheus.MustNewConstMetric(descLoop, prometheus.GaugeValue, float64(n), strconv.Itoa(i))

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"golang.org/x/sys/unix"
 )
 
 // fakeSource has n tubes, each with a ready job and latency histograms.
@@ -113,6 +114,13 @@ func TestScrapeTextParsesWithTheSourceValues(t *testing.T) {
 	}
 	if fams["beanstalkd_current_jobs_ready"].GetMetric()[0].GetGauge().GetValue() != 3 {
 		t.Errorf("server-wide series missing or wrong")
+	}
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if f := fams["beanpole_open_files_limit"]; f == nil || f.GetMetric()[0].GetGauge().GetValue() != float64(lim.Cur) {
+		t.Errorf("beanpole_open_files_limit %v, want the soft RLIMIT_NOFILE %d", f, lim.Cur)
 	}
 }
 

@@ -34,17 +34,19 @@ import (
 type State int32
 
 const (
-	Starting State = iota // replaying the binlog: not serving yet
-	Ready                 // serving
-	Draining              // SIGUSR1: puts are refused
-	Stopping              // SIGTERM/SIGINT: closing
+	Starting  State = iota // replaying the binlog: not serving yet
+	Ready                  // serving
+	Draining               // SIGUSR1: puts are refused
+	Stopping               // SIGTERM/SIGINT: closing
+	Following              // a cluster node that does not lead: clients are forwarded
 )
 
 var stateText = [...]string{
-	Starting: "starting: replaying the binlog\n",
-	Ready:    "ready\n",
-	Draining: "draining: puts are refused (SIGUSR1)\n",
-	Stopping: "stopping\n",
+	Starting:  "starting: replaying the binlog\n",
+	Ready:     "ready\n",
+	Draining:  "draining: puts are refused (SIGUSR1)\n",
+	Stopping:  "stopping\n",
+	Following: "following: clients are forwarded to the leader\n",
 }
 
 // Options configure a Server.
@@ -93,6 +95,9 @@ type Server struct {
 	hist     *ring
 	stop     chan struct{}
 	stopOnce sync.Once
+	// srcStop ends the sampling of the source SetSource gave last.
+	srcMu   sync.Mutex
+	srcStop chan struct{}
 }
 
 // Listen binds opts.Addr; Serve then serves it. The state starts as
@@ -102,9 +107,9 @@ func Listen(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	maxConns := int64(opts.MaxConns)
+	maxConns := opts.MaxConns
 	if maxConns <= 0 {
-		maxConns = math.MaxInt64
+		maxConns = math.MaxInt
 	}
 	s := &Server{ln: &limitListener{Listener: ln, max: maxConns, reserve: opts.ReserveFDs / 2, log: opts.Log},
 		tls: opts.TLS, log: opts.Log, hist: newRing(historyLen), stop: make(chan struct{})}
@@ -126,7 +131,9 @@ func Listen(opts Options) (*Server, error) {
 		_, _ = w.Write([]byte(stateText[st]))
 	})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		if s.src.Load() == nil {
+		// A cluster node that follows serves no client, but its raft
+		// figures are what tell an operator it is behind.
+		if s.src.Load() == nil && s.cluster.Load() == nil {
 			http.Error(w, stateText[Starting], http.StatusServiceUnavailable)
 			return
 		}
@@ -140,7 +147,8 @@ func Listen(opts Options) (*Server, error) {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	s.http = &http.Server{Handler: newHostGuard(opts.Hosts, mux),
+	s.http = &http.Server{Handler: probeOnly(newHostGuard(opts.Hosts, mux)),
+		ConnState: s.ln.connState, ConnContext: connContext,
 		ReadHeaderTimeout: readTimeout, ReadTimeout: readTimeout, WriteTimeout: writeTimeout,
 		IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes,
 		ErrorLog: log.New(&errorLog{log: opts.Log}, "", 0)}
@@ -232,12 +240,46 @@ func (s *Server) Shutdown(ctx context.Context) {
 
 // SetSource gives /metrics and the dashboard what they read, and the
 // dashboard the engine its actions change, and starts sampling the
-// overview's history; call it once, when the server serves.
+// overview's history; call it when the server serves. A cluster node
+// that loses the lead takes its source back with ClearSource, and sets a
+// new one when it leads again.
 func (s *Server) SetSource(src Source, eng *engine.Engine) {
-	if s != nil {
-		s.src.Store(&sources{stats: src, eng: eng, op: eng.NewOperator()})
-		go sampleEvery(s.hist, historyPeriod, src, s.stop)
+	if s == nil {
+		return
 	}
+	s.srcMu.Lock()
+	defer s.srcMu.Unlock()
+	s.clearSource()
+	mine := make(chan struct{})
+	s.srcStop = mine
+	s.src.Store(&sources{stats: src, eng: eng, op: eng.NewOperator()})
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-s.stop:
+		case <-mine:
+		}
+		close(stop)
+	}()
+	go sampleEvery(s.hist, historyPeriod, src, stop)
+}
+
+// ClearSource stops reading the source SetSource gave: /metrics and the
+// dashboard answer 503 until the next SetSource.
+func (s *Server) ClearSource() {
+	if s != nil {
+		s.srcMu.Lock()
+		s.clearSource()
+		s.srcMu.Unlock()
+	}
+}
+
+func (s *Server) clearSource() {
+	if s.srcStop != nil {
+		close(s.srcStop)
+		s.srcStop = nil
+	}
+	s.src.Store(nil)
 }
 
 func (s *Server) stopSampling() { s.stopOnce.Do(func() { close(s.stop) }) }

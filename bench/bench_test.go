@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"math/rand"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -485,9 +486,13 @@ func TestClusterVariantsRunTheClusterAgainstCAndBeanpoleAlone(t *testing.T) {
 	}
 	out := renderTargets([]*VarResult{
 		{V: &Variant{Name: "cluster-c50"}, Res: [2]*CtResult{{Median: Metrics{"rate": 7400}}, {Median: Metrics{"rate": 3000}}}},
-		{V: &Variant{Name: "cluster-pipeline-c1-vs-beanpole"}, Res: [2]*CtResult{{Median: Metrics{"put.rate": 30e3}}, {Median: Metrics{"put.rate": 90e3}}}},
+		{V: &Variant{Name: "cluster-pipeline-c1-vs-beanpole"}, Res: [2]*CtResult{{Median: Metrics{"put.rate": 30e3, "drain.rate": 40e3}},
+			{Median: Metrics{"put.rate": 90e3, "drain.rate": 60e3}}}},
 	}, 500, false)
 	for _, re := range []string{`≥ 2× C -b -f 0 +cluster-c50 +2\.47x  MET`, `pipelined puts ≥ 0\.5× beanpole -b -f 0 +cluster-pipeline-c1-vs-beanpole +0\.33x  not met`,
+		`reserve\+delete ≥ 0\.6× beanpole -b -f 0 +cluster-pipeline-c1-vs-beanpole +0\.67x  MET`,
+		`reserve\+delete ≥ 0\.5× its pipelined puts +cluster-pipeline-c1-vs-beanpole +0\.67x  MET`,
+		`reserve\+delete ≥ 2× C -b -f 0 .*not measured`,
 		`round trips, 50 connections ≥ 0\.5× beanpole -b -f 0 .*not measured`} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("targets report lacks %q:\n%s", re, out)
@@ -523,6 +528,46 @@ func TestDocPageHasTheRunsTableCommandAndChart(t *testing.T) {
 	}
 	if strings.Contains(string(page), "{{") || strings.Contains(string(page), "/x/bin") {
 		t.Errorf("the page has a template marker or a machine's path left in it")
+	}
+}
+
+// The report names a binary built in the repository by its path there,
+// not by the machine's directories; a system binary keeps its own.
+func TestReportGivesBinariesInTheRepositoryRelative(t *testing.T) {
+	root := t.TempDir()
+	for _, f := range []struct{ path, text string }{
+		{"go.mod", "// the repository\nmodule " + repoModule + "\n\ngo 1.26\n"},
+		{"bench/go.mod", "module " + repoModule + "/bench\n"},
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, f.path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, f.path), []byte(f.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bench := filepath.Join(root, "bench")
+	for _, c := range []struct{ path, want string }{
+		{filepath.Join(root, "bin", "beanpole"), "bin/beanpole"},
+		{"../bin/beanpole", "bin/beanpole"},
+		{"/usr/bin/beanstalkd", "/usr/bin/beanstalkd"},
+		{filepath.Join(filepath.Dir(root), "elsewhere", "beanpole"), filepath.Join(filepath.Dir(root), "elsewhere", "beanpole")},
+	} {
+		path := c.path
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(bench, path) // as given in bench/
+		}
+		if got := repoPath(path, bench); got != c.want {
+			t.Errorf("repoPath(%s) = %s, want %s", c.path, got, c.want)
+		}
+	}
+	if got := repoPath("/x/bin/beanpole", t.TempDir()); got != "/x/bin/beanpole" {
+		t.Errorf("outside any repository: %s", got)
+	}
+	meta := &Meta{Paths: map[string]string{"beanpole": repoPath(filepath.Join(root, "bin", "beanpole"), bench), "beanstalkd": "/usr/bin/beanstalkd"},
+		Versions: map[string]string{}}
+	if out := renderTable(nil, meta); !strings.Contains(out, "beanpole: bin/beanpole (") || strings.Contains(out, root) {
+		t.Errorf("the report gives the machine's path:\n%s", out)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	_ "embed"
+	"os"
 	"path/filepath"
 	"strings"
 	"text/template"
@@ -69,4 +70,53 @@ func command(args []string) string {
 		return "make bench"
 	}
 	return `make bench BENCHARGS="` + strings.Join(kept, " ") + `"`
+}
+
+// repoModule is the module path of the repository's root go.mod.
+const repoModule = "github.com/beanpole/beanpole"
+
+// repoPath is path as the report gives it: relative to the repository
+// (bin/beanpole) when it lies in the one that holds dir, so that the page
+// does not record the machine's own directories; otherwise unchanged (a
+// system binary such as /usr/bin/beanstalkd).
+func repoPath(path, dir string) string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return path
+	}
+	root := repoRoot(dir)
+	if root == "" {
+		return path
+	}
+	rel, err := filepath.Rel(root, abs)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return path
+	}
+	return filepath.ToSlash(rel)
+}
+
+// repoRoot is the nearest directory at or above dir whose go.mod declares
+// repoModule, or "" if there is none.
+func repoRoot(dir string) string {
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return ""
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil {
+			for _, line := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
+					if strings.Trim(f[1], `"`) == repoModule {
+						return d
+					}
+					break
+				}
+			}
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return ""
+		}
+		d = up
+	}
 }

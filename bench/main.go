@@ -203,7 +203,7 @@ func realMain() int {
 	}
 	for _, ct := range cts {
 		meta.Versions[ct.Name] = serverVersion(ct.Path)
-		meta.Paths[ct.Name] = ct.Path
+		meta.Paths[ct.Name] = repoPath(ct.Path, ".")
 	}
 	fmt.Fprintf(os.Stderr, "bench: beanpole=%s (%s) beanstalkd=%s (%s)\n", cts[0].Path, meta.Versions["beanpole"], cts[1].Path, meta.Versions["beanstalkd"])
 	fmt.Fprintf(os.Stderr, "bench: %d variants x %d reps x 2 contenders, %v windows, open-file limit %d, pinning: %s\n",

@@ -6,7 +6,11 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Forwarder serves a follower's client listeners: each connection is
@@ -14,23 +18,62 @@ import (
 // client configured with any node's address works unchanged. A TLS
 // listener's connections go to the leader's TLS listener as they are: the
 // client's TLS session is with the leader.
+//
+// Each forwarded client costs the follower two descriptors, and raft must
+// never go without: a follower that wins an election has to dial its
+// peers, and it has to accept their links to vote. So the forwarder keeps
+// the last reserve descriptors under the open-file limit (ReserveFDs) for
+// raft, as the single server keeps them for the binlog: a client whose
+// connection, with the ones to the leader it and every client accepted
+// before it still need, would take one of them is closed as soon as
+// accepted, and one whose connection to the leader did take one is closed
+// with it. Linux hands out the lowest free number, so connections on
+// descriptors below limit - reserve leave every number from there up
+// free. The limit is read at each connection (a limit
+// changed with prlimit takes effect at once); the clients closed this way
+// are counted (beanpole_forwarded_connections_refused_total, and
+// forward_refused in GET /cluster) and logged at most every shedLogEvery.
 type Forwarder struct {
-	node  *Node
-	lns   []net.Listener // the plaintext listeners, then the TLS one if any
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	stop  chan struct{}
+	node    *Node
+	lns     []net.Listener // the plaintext listeners, then the TLS one if any
+	reserve int
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	stop    chan struct{}
+	// pending counts the clients accepted that have no connection to the
+	// leader yet (waiting for one to be known, or dialing it): each will
+	// take one more descriptor.
+	pending atomic.Int64
+	// warned is when the last line about closing clients was logged.
+	warned atomic.Int64
 }
+
+// shedLogEvery is how often, at most, closing clients for the reserve is
+// logged.
+const shedLogEvery = 10 * time.Second
+
+// ReserveFDs is how many descriptors under its open-file limit a cluster
+// node keeps from its clients, forwarded (Forward) or served once it
+// leads: what raft may need at once, doubled for the HTTP side, which
+// sheds its connections at half the reserve. Raft needs its links with up
+// to six other members (a group of seven), each at most four connections
+// each way (hashicorp/raft's transport: heartbeats, appends, a vote or a
+// snapshot, one pooled spare), 6 × 4 × 2 = 48, and 16 for its files as
+// the binlog keeps (a new log segment and its directory to fsync, a
+// snapshot written and one read, the metadata store, name lookups when
+// dialing): 64, doubled to 128.
+const ReserveFDs = 128
 
 // leaderWait is how long a connection waits for a leader to be known
 // (an election) before it is closed.
 const leaderWait = 10 * time.Second
 
 // Forward starts forwarding the connections accepted on lns (plaintext)
-// and tlsLn (TLS; nil: none).
-func (n *Node) Forward(lns []net.Listener, tlsLn net.Listener) *Forwarder {
-	f := &Forwarder{node: n, lns: slices.Clone(lns), conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
+// and tlsLn (TLS; nil: none), keeping reserve descriptors for raft
+// (ReserveFDs; 0: none).
+func (n *Node) Forward(lns []net.Listener, tlsLn net.Listener, reserve int) *Forwarder {
+	f := &Forwarder{node: n, lns: slices.Clone(lns), reserve: reserve, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
 	if tlsLn != nil {
 		f.lns = append(f.lns, tlsLn)
 	}
@@ -64,12 +107,50 @@ func (f *Forwarder) accept(ln net.Listener, tls bool) {
 			time.Sleep(10 * time.Millisecond) // EMFILE and the like
 			continue
 		}
+		// The client's connection, then the one to the leader it and
+		// every client still waiting for theirs need.
+		if p := f.pending.Add(1); f.short(c, 1+int(p)) {
+			f.pending.Add(-1)
+			continue
+		}
 		if !f.track(c) {
+			f.pending.Add(-1)
 			c.Close()
 			return
 		}
 		go f.join(c, tls)
 	}
+}
+
+// short reports whether c's descriptor, with need-1 more after it, would
+// leave fewer than the reserve free under the open-file limit; if so it
+// has closed c and counted a client shed.
+func (f *Forwarder) short(c net.Conn, need int) bool {
+	if f.reserve <= 0 {
+		return false
+	}
+	var lim unix.Rlimit
+	sc, ok := c.(syscall.Conn)
+	if !ok || unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) != nil {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	short := false
+	_ = rc.Control(func(fd uintptr) { short = uint64(fd)+uint64(need-1+f.reserve) >= lim.Cur })
+	if !short {
+		return false
+	}
+	c.Close()
+	n := f.node.m.forwardRefused.Add(1)
+	now, last := time.Now().UnixNano(), f.warned.Load()
+	if now-last >= int64(shedLogEvery) && f.warned.CompareAndSwap(last, now) {
+		f.node.cfg.Log.Warn().Int("reserve", f.reserve).Uint64("refused", n).
+			Msg("cluster: near the open-file limit: closing new clients to keep descriptors for raft")
+	}
+	return true
 }
 
 func (f *Forwarder) track(c net.Conn) bool {
@@ -89,27 +170,39 @@ func (f *Forwarder) untrack(c net.Conn) {
 	c.Close()
 }
 
-// join connects c to the leader and copies both ways until either side
-// closes; a half-close is passed on, so commands sent before it are
-// answered as on the leader itself.
-func (f *Forwarder) join(c net.Conn, tls bool) {
-	defer f.untrack(c)
+// dial connects to the leader's client address once one is known, or
+// returns nil. The client it dials for is no longer pending when it
+// returns.
+func (f *Forwarder) dial(tls bool) net.Conn {
+	defer f.pending.Add(-1)
 	var addr string
 	for deadline := time.Now().Add(leaderWait); ; {
 		if addr = f.node.LeaderClient(tls); addr != "" {
 			break
 		}
 		if time.Now().After(deadline) {
-			return
+			return nil
 		}
 		select {
 		case <-f.stop:
-			return
+			return nil
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	up, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
+	if err != nil || f.short(up, 1) {
+		return nil
+	}
+	return up
+}
+
+// join connects c to the leader and copies both ways until either side
+// closes; a half-close is passed on, so commands sent before it are
+// answered as on the leader itself.
+func (f *Forwarder) join(c net.Conn, tls bool) {
+	defer f.untrack(c)
+	up := f.dial(tls)
+	if up == nil {
 		return
 	}
 	if !f.track(up) {
@@ -119,7 +212,7 @@ func (f *Forwarder) join(c net.Conn, tls bool) {
 	defer f.untrack(up)
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		copyConn(dst, src)
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		} else {
@@ -131,6 +224,57 @@ func (f *Forwarder) join(c net.Conn, tls bool) {
 	go pipe(c, up)
 	<-done
 	<-done
+}
+
+// copyBufs are the buffers copyConn reads into. A copy holds one only
+// while bytes are on their way, so an idle forwarded client costs no
+// buffer, and no descriptor beyond its two sockets: io.Copy between two
+// TCP connections splices, holding a pipe (two more descriptors) in each
+// direction for as long as the connection lasts.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// copyConn copies what src sends to dst until src's end or an error.
+func copyConn(dst, src net.Conn) {
+	sc, ok := src.(syscall.Conn)
+	if !ok {
+		_, _ = io.Copy(dst, src)
+		return
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	for {
+		// rc.Read waits for src to be readable each time the callback
+		// returns false, holding no buffer meanwhile.
+		var b *[]byte
+		var n int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			b = copyBufs.Get().(*[]byte)
+			for {
+				if n, rerr = unix.Read(int(fd), *b); rerr != unix.EINTR {
+					break
+				}
+			}
+			if rerr == unix.EAGAIN {
+				copyBufs.Put(b)
+				b = nil
+				return false
+			}
+			return true
+		})
+		if b == nil { // src closed while waiting
+			return
+		}
+		if err == nil && rerr == nil && n > 0 {
+			_, err = dst.Write((*b)[:n])
+		}
+		copyBufs.Put(b)
+		if err != nil || rerr != nil || n <= 0 {
+			return
+		}
+	}
 }
 
 // Stop stops accepting and closes every forwarded connection, as a

@@ -35,6 +35,7 @@ type Journal struct {
 	acks   []record.Ack
 	failed error
 	wake   chan struct{}
+	done   chan struct{} // closed by Close: the batcher, then the completer, end
 
 	flight  chan inflight
 	latency prometheus.Observer // apply to commit, per entry
@@ -54,7 +55,7 @@ type inflight struct {
 }
 
 func newJournal(r *raft.Raft, latency prometheus.Observer) *Journal {
-	j := &Journal{r: r, latency: latency, wake: make(chan struct{}, 1), flight: make(chan inflight, maxInFlight),
+	j := &Journal{r: r, latency: latency, wake: make(chan struct{}, 1), done: make(chan struct{}), flight: make(chan inflight, maxInFlight),
 		lent: make(map[uint64][]byte)}
 	go j.batcher()
 	go j.completer()
@@ -163,7 +164,22 @@ func (j *Journal) FileOf(uint64) uint64 { return 0 }
 // the commit, so entries follow each other to the followers while earlier
 // ones are still being written and fsynced.
 func (j *Journal) batcher() {
-	for range j.wake {
+	defer close(j.flight)
+	for {
+		select {
+		case <-j.wake:
+		case <-j.done:
+			j.mu.Lock()
+			acks, failed := j.acks, j.failed
+			j.entry, j.acks = nil, nil
+			j.mu.Unlock()
+			for _, a := range acks {
+				if a != nil {
+					a.Durable(failed)
+				}
+			}
+			return
+		}
 		j.mu.Lock()
 		entry, acks := j.entry, j.acks
 		j.entry, j.acks = make([]byte, 0, len(entry)), make([]record.Ack, 0, len(acks))
@@ -173,6 +189,14 @@ func (j *Journal) batcher() {
 		}
 		j.flight <- inflight{f: j.r.Apply(entry, 0), acks: acks, at: time.Now()}
 	}
+}
+
+// Close fails every later record (errNotLeader) and ends the journal's
+// goroutines once the entries handed to raft are done with: a node that
+// lost the lead closes the journal of its term.
+func (j *Journal) Close() {
+	j.fail(errNotLeader)
+	close(j.done)
 }
 
 // completer waits for the entries in the order they were handed to raft

@@ -17,6 +17,9 @@ type metrics struct {
 	snapBytes     atomic.Uint64        // the last snapshot's size
 	refused       atomic.Uint64        // entries the FSM refused (validEntry)
 	linksRefused  func() uint64        // connections the raft port closed before raft saw them
+	// forwardRefused counts the clients a follower closed as soon as
+	// accepted, to keep descriptors for raft (Forwarder).
+	forwardRefused atomic.Uint64
 }
 
 func newMetrics() *metrics {
@@ -53,11 +56,12 @@ var (
 	descSnapB = prometheus.NewDesc("beanpole_raft_snapshot_bytes", "The size of this node's last snapshot.", nil, nil)
 	descRefE  = prometheus.NewDesc("beanpole_cluster_refused_entries_total", "Committed raft entries this node refused to apply as malformed (only a forged or damaged log has them).", nil, nil)
 	descRefL  = prometheus.NewDesc("beanpole_cluster_links_refused_total", "Connections to the raft port closed before raft saw them: a failed handshake, no certificate of a node, silence past the greeting deadline, or over the caps.", nil, nil)
+	descFwdRf = prometheus.NewDesc("beanpole_forwarded_connections_refused_total", "Clients this node closed as soon as accepted while following, to keep descriptors for raft.", nil, nil)
 )
 
 // Describe is prometheus.Collector's.
 func (n *Node) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descState, descTerm, descLead, descComm, descAppl, descCont, descChg, descSnapS, descSnapB, descRefE, descRefL} {
+	for _, d := range []*prometheus.Desc{descState, descTerm, descLead, descComm, descAppl, descCont, descChg, descSnapS, descSnapB, descRefE, descRefL, descFwdRf} {
 		ch <- d
 	}
 	n.m.apply.Describe(ch)
@@ -98,5 +102,6 @@ func (n *Node) Collect(ch chan<- prometheus.Metric) {
 		links = n.m.linksRefused()
 	}
 	ch <- prometheus.MustNewConstMetric(descRefL, prometheus.CounterValue, float64(links))
+	ch <- prometheus.MustNewConstMetric(descFwdRf, prometheus.CounterValue, float64(n.m.forwardRefused.Load()))
 	n.m.apply.Collect(ch)
 }

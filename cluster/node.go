@@ -137,7 +137,7 @@ func Open(cfg Config) (*Node, error) {
 			w.Close()
 			return nil, fmt.Errorf("cluster: --raft %s: the other nodes need an address they can reach, not an unspecified one", cfg.Raft)
 		}
-		links = newLinkLayer(advertised{ln, adv}, cfg.TLS, func() []string { return memberHosts(rp.Load(), cfg.Bootstrap) })
+		links = newLinkLayer(advertised{ln, adv}, cfg.TLS, func() []string { return memberHosts(rp.Load(), cfg.Bootstrap) }, linkGreeting)
 		m.linksRefused = links.refused.Load
 		trans = raft.NewNetworkTransportWithLogger(links, 3, 10*time.Second, logger)
 	}
@@ -147,6 +147,11 @@ func Open(cfg Config) (*Node, error) {
 	rc.HeartbeatTimeout, rc.ElectionTimeout = cfg.HeartbeatTimeout, cfg.ElectionTimeout
 	rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
 	rc.SnapshotThreshold = 8192
+	// Pre-vote: a node that was cut off and comes back with a higher term
+	// asks before it campaigns, and a healthy leader's followers say no,
+	// so it does not depose that leader. raft runs it with a transport
+	// that speaks it, as the network transport does.
+	rc.PreVoteDisabled = false
 	leading := make(chan bool, 16)
 	rc.NotifyCh = leading
 
@@ -184,6 +189,9 @@ func Open(cfg Config) (*Node, error) {
 	nd.watchLeader()
 	return nd, nil
 }
+
+// The network transport speaks pre-vote (rc.PreVoteDisabled above).
+var _ raft.WithPreVote = (*raft.NetworkTransport)(nil)
 
 // advertised is the raft listener with the address the other nodes reach
 // it at (--raft), which raft puts in its messages.
@@ -258,6 +266,7 @@ func (n *Node) AwaitLeadership(ctx context.Context) (*Journal, error) {
 		}
 	}
 	n.confirmed.Store(&start)
+	n.handingOver.Store(false)
 	go n.confirmLead()
 	jl := newJournal(n.Raft, n.m.apply)
 	lent := jl.Lent
@@ -331,6 +340,15 @@ func (n *Node) LostLeadership() <-chan struct{} {
 		close(lost)
 	}()
 	return lost
+}
+
+// StepDown ends a term this node led: jl, the journal AwaitLeadership
+// returned, refuses every later record and stops, and the state takes no
+// more bodies from it. raft goes on: the node follows, votes, and may
+// lead again (AwaitLeadership).
+func (n *Node) StepDown(jl *Journal) {
+	n.FSM.lent.Store(nil)
+	jl.Close()
 }
 
 // Close leaves raft running no more and closes the stores.

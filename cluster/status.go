@@ -19,6 +19,10 @@ type Status struct {
 	AppliedIndex uint64         `json:"applied_index"`
 	LastContact  string         `json:"last_contact"` // a follower's time since it last heard the leader
 	Members      []MemberStatus `json:"members"`
+
+	// ForwardRefused counts the clients closed as soon as accepted while
+	// following, to keep descriptors for raft (Forwarder).
+	ForwardRefused uint64 `json:"forward_refused"`
 }
 
 // MemberStatus is one member of the group's configuration.
@@ -35,7 +39,7 @@ func (n *Node) Status() any {
 	_, leader := n.Raft.LeaderWithID()
 	s := Status{ID: n.cfg.ID, State: stateName(n.Raft.State()), Leader: string(leader),
 		CommitIndex: atou(st["commit_index"]), AppliedIndex: n.Raft.AppliedIndex(), Term: atou(st["term"]),
-		LastContact: st["last_contact"], Members: []MemberStatus{}}
+		LastContact: st["last_contact"], Members: []MemberStatus{}, ForwardRefused: n.m.forwardRefused.Load()}
 	if f := n.Raft.GetConfiguration(); f.Error() == nil {
 		clients := n.FSM.Clients()
 		for _, srv := range f.Configuration().Servers {
@@ -44,6 +48,21 @@ func (n *Node) Status() any {
 		}
 	}
 	return s
+}
+
+// Summary is the node's health for whoever asks without the token: its
+// state and whether it knows a leader, nothing an attacker could aim with.
+type Summary struct {
+	State       string `json:"state"`
+	LeaderKnown bool   `json:"leader_known"`
+	Detail      string `json:"detail"`
+}
+
+// Summary reads the node's health (GET /cluster without the token).
+func (n *Node) Summary() any {
+	_, leader := n.Raft.LeaderWithID()
+	return Summary{State: stateName(n.Raft.State()), LeaderKnown: leader != "",
+		Detail: "ids, addresses, terms and indexes need the --http-token-file token (Authorization: Bearer TOKEN)"}
 }
 
 func stateName(s raft.RaftState) string {

@@ -55,9 +55,9 @@ type linkLayer struct {
 	refused atomic.Uint64
 }
 
-func newLinkLayer(ln net.Listener, cfg func() *tls.Config, members func() []string) *linkLayer {
+func newLinkLayer(ln net.Listener, cfg func() *tls.Config, members func() []string, greetFor time.Duration) *linkLayer {
 	l := &linkLayer{Listener: ln, tls: cfg, members: members, accepted: make(chan net.Conn),
-		closed: make(chan struct{}), links: map[*link]struct{}{}, greetFor: linkGreeting}
+		closed: make(chan struct{}), links: map[*link]struct{}{}, greetFor: greetFor}
 	go l.acceptLoop()
 	return l
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,9 +164,9 @@ func TestRaftPortTakesOnlyNodeCertificatesNamingAMember(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := NodeTLS(ca.node(t, "n1"), ca.pool)
-	members := []string{"127.0.0.1"}
-	l := newLinkLayer(ln, func() *tls.Config { return cfg }, func() []string { return members })
+	var cfg atomic.Pointer[tls.Config]
+	cfg.Store(NodeTLS(ca.node(t, "n1"), ca.pool))
+	l := newLinkLayer(ln, cfg.Load, func() []string { return []string{"127.0.0.1"} }, linkGreeting)
 	defer l.Close()
 	go func() {
 		for {
@@ -229,7 +230,7 @@ func TestRaftPortTakesOnlyNodeCertificatesNamingAMember(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	cfg = NodeTLS(ca.node(t, "n1"), newTestCA(t).pool)
+	cfg.Store(NodeTLS(ca.node(t, "n1"), newTestCA(t).pool))
 	if n := l.Reverify(); n != 1 {
 		t.Fatalf("%d links cut after the CA changed, want 1", n)
 	}
@@ -240,8 +241,7 @@ func TestRaftPortClosesSilentPeersAndCapsThoseInTheirGreeting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLinkLayer(ln, nil, func() []string { return nil })
-	l.greetFor = 300 * time.Millisecond
+	l := newLinkLayer(ln, nil, func() []string { return nil }, 300*time.Millisecond)
 	defer l.Close()
 	var silent []net.Conn
 	for range maxGreeting + 20 {

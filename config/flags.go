@@ -70,8 +70,8 @@ type Config struct {
 	// HTTPPublicBodies is --http-public-bodies: the dashboard shows job
 	// bodies without the token.
 	HTTPPublicBodies bool
-	// HTTPMaxConns is --http-max-conns: HTTP connections beyond this many
-	// open at once are closed as soon as accepted.
+	// HTTPMaxConns is --http-max-conns: how many HTTP connections may be
+	// open at once (admin/conns.go says who gets a place at the cap).
 	HTTPMaxConns int
 	// HTTPPlain is --http-plain: --http serves plain HTTP even with
 	// --tls-cert and --tls-key (see HTTPS).

@@ -56,7 +56,9 @@ Long options:
  --http-public-bodies
             show job bodies on the dashboard without the token
  --http-max-conns N
-            HTTP connections open at once; more are closed at once
+            HTTP connections open at once; at the cap idle ones make room,
+            no address keeps over a quarter from others, and 8 more
+            are kept for /healthz and /readyz
             (default is %d)
  --http-pprof
             also serve /debug/pprof/ there

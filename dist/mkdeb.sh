@@ -50,6 +50,9 @@ chmod 0644 "$stage/usr/share/man/man1/beanpole.1.gz"
 # README.md's and the man page's docs/NAME.md are where they say.
 install -m 0644 "$top/README.md" "$here/debian/README.Debian" "$stage/usr/share/doc/beanpole/"
 install -m 0644 "$top"/docs/*.md "$stage/usr/share/doc/beanpole/docs/"
+# The operator's kit: Grafana's dashboard and Prometheus's alerting rules.
+install -D -m 0644 "$here/beanpole-dashboard.json" "$stage/usr/share/beanpole/beanpole-dashboard.json"
+install -D -m 0644 "$here/beanpole-alerts.yml" "$stage/usr/share/beanpole/beanpole-alerts.yml"
 
 # The changelog of a native package (its version has no Debian revision).
 {

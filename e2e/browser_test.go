@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -303,6 +304,20 @@ func TestDashboardDrawsTheServersHistoryAtFirstPaint(t *testing.T) {
 	}
 	if drawn["chart-rate"] < had {
 		t.Errorf("chart-rate draws %d points at first paint, want %d", drawn["chart-rate"], had)
+	}
+	// The time axis spans the samples the server holds (since it started,
+	// less than an hour ago), not an hour with them squeezed to the right.
+	spans := eval[map[string]int](t, ctx, `Object.fromEntries([...document.querySelectorAll("canvas")].map(c => [c.id, +c.dataset.span]))`)
+	uptime, _ := strconv.Atoi(stats(t, c)["uptime"])
+	for id, span := range spans {
+		if span < 5*(had-1) || span > uptime+1 {
+			t.Errorf("%s spans %d s; the history covers at least %d s, the server is up %d s", id, span, 5*(had-1), uptime)
+		}
+	}
+	// The tube's puts/s and deletes/s are figures from the first paint.
+	work := eval[[]string](t, ctx, `[...document.querySelector('#tubes tbody tr[data-tube="work"]').cells].map(c => c.textContent)`)
+	if n := len(work); n < 2 || work[n-2] == "–" || work[n-1] == "–" {
+		t.Errorf("the first paint's row of tube work: %q, want puts/s and deletes/s", work)
 	}
 	rows := eval[[]string](t, ctx, `[...new Set([...document.querySelectorAll("#server .card")].map(c => c.querySelector("h3").textContent + "@" + c.offsetTop))]`)
 	for _, r := range rows {

@@ -433,3 +433,25 @@ func TestPauseTubeCountedBeforeNameCheck(t *testing.T) {
 		t.Fatalf("cmd-pause-tube: %s, want 2", st["cmd-pause-tube"])
 	}
 }
+
+// A connection counts in total-connections (and current-connections) from
+// the moment the kernel hands it over, as in C: stats on the second of two
+// connections just opened counts both, though the first may still be on
+// its way to another event loop. Many rounds, as the race is brief.
+func TestStatsCountsConnectionsOnceAccepted(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	for i := 1; i <= 500; i++ {
+		a, b := s.dial(t), s.dial(t)
+		st := stats(t, b)
+		if st["total-connections"] != itoa(2*i) {
+			t.Fatalf("round %d: total-connections %s right after two connections opened, want %d",
+				i, st["total-connections"], 2*i)
+		}
+		if cur, _ := strconv.Atoi(st["current-connections"]); cur < 2 {
+			t.Fatalf("round %d: current-connections %d with two open", i, cur)
+		}
+		a.nc.Close()
+		b.nc.Close()
+	}
+}

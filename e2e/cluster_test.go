@@ -3,7 +3,6 @@ package e2e
 import (
 	"cmp"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -106,7 +105,9 @@ func (tc *testCluster) status(nd *clusterNode) clusterStatus {
 	var last string
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get("http://" + nd.http + "/cluster")
+		req, _ := http.NewRequest(http.MethodGet, "http://"+nd.http+"/cluster", nil)
+		req.Header.Set("Authorization", "Bearer "+tc.secret())
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			if resp.StatusCode == 200 {
 				err = json.NewDecoder(resp.Body).Decode(&st)
@@ -128,11 +129,21 @@ func (tc *testCluster) status(nd *clusterNode) clusterStatus {
 	}
 }
 
+// secret is the token in tc.token's file.
+func (tc *testCluster) secret() string {
+	b, err := os.ReadFile(tc.token)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
 type clusterStatus struct {
 	ID, State, Leader string
 	Term              uint64
 	CommitIndex       uint64 `json:"commit_index"`
 	AppliedIndex      uint64 `json:"applied_index"`
+	ForwardRefused    uint64 `json:"forward_refused"`
 	Members           []struct {
 		ID, Raft, Client string
 		Voter            bool
@@ -149,7 +160,7 @@ func (tc *testCluster) leader(excluded ...*clusterNode) *clusterNode {
 			if nd.srv == nil || containsNode(excluded, nd) || exited(nd.srv) {
 				continue
 			}
-			if strings.Contains(nd.srv.out.String(), "cluster: leading") {
+			if leads(nd.srv.out.String()) {
 				found = nd
 				return true
 			}
@@ -159,17 +170,23 @@ func (tc *testCluster) leader(excluded ...*clusterNode) *clusterNode {
 	return found
 }
 
-// transferTo hands the lead from the leader lead to node to, waits until
-// to leads, and restarts the old leader, which exits once deposed, as its
-// supervisor would.
+// leads reports whether a node's output says it leads: it said so after
+// it last said it lost the lead (a node that loses the lead follows again
+// in the same process, and may lead again).
+func leads(out string) bool {
+	at := strings.LastIndex(out, "cluster: leading")
+	return at >= 0 && at > strings.LastIndex(out, "lost the lead")
+}
+
+// transferTo hands the lead from the leader lead to node to, and waits
+// until to leads and the old leader follows.
 func (tc *testCluster) transferTo(lead, to *clusterNode) {
 	tc.t.Helper()
 	if out, err := exec.Command(target.bin, "cluster", "transfer-leader", "--http", lead.http, "--token-file", tc.token,
 		"--id", to.id).CombinedOutput(); err != nil {
 		tc.t.Fatalf("transfer-leader to %s: %v\n%s", to.id, err, out)
 	}
-	waitFor(tc.t, 30*time.Second, "the deposed leader "+lead.id+" to exit", func() bool { return exited(lead.srv) })
-	tc.start(lead)
+	waitFor(tc.t, 30*time.Second, "the deposed leader "+lead.id+" to follow", func() bool { return !leads(lead.srv.out.String()) })
 	if next := tc.leader(lead); next != to {
 		tc.t.Fatalf("%s leads, not %s", next.id, to.id)
 	}
@@ -314,7 +331,7 @@ func TestClusterEveryAcknowledgedJobSurvivesTheLeadersDeath(t *testing.T) {
 	})
 }
 
-func TestClusterDeposedLeaderClosesItsClientsAndExits(t *testing.T) {
+func TestClusterDeposedLeaderClosesItsClientsAndFollowsAgain(t *testing.T) {
 	tc := startTestCluster(t, 3)
 	lead := tc.leader()
 	c := lead.srv.dial(t)
@@ -341,17 +358,20 @@ func TestClusterDeposedLeaderClosesItsClientsAndExits(t *testing.T) {
 	}
 
 	// Resumed, the old leader learns it lost the lead: it closes its
-	// clients and exits with status 75 for a supervisor to restart it.
+	// clients and follows again, in the same process, forwarding a new
+	// client to the new leader, which has job 2.
 	lead.srv.signal(t, syscall.SIGCONT)
 	expectClosed(t, c)
+	waitFor(t, 30*time.Second, lead.id+" to follow again", func() bool { return tc.status(lead).State == "follower" })
 	select {
 	case <-lead.srv.exited:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the deposed leader did not exit within 30 s")
+		t.Fatalf("the deposed leader exited: %v", lead.srv.waitErr)
+	default:
 	}
-	var ee *exec.ExitError
-	if !errors.As(lead.srv.waitErr, &ee) || ee.ExitCode() != 75 {
-		t.Fatalf("the deposed leader exited with %v, want status 75", lead.srv.waitErr)
+	putUntilInserted(t, lead.srv.addr, "z", 30*time.Second)
+	fwd := lead.srv.dial(t)
+	if st := statsJob(t, fwd, 2); st["id"] != "2" {
+		t.Fatalf("job 2 through the deposed leader: %v", st)
 	}
 }
 
@@ -399,10 +419,16 @@ func TestClusterStatusJoinAndTransferThroughTheHTTPSide(t *testing.T) {
 		}
 	}
 
-	// `beanpole cluster status` prints the same JSON.
-	out, err := exec.Command(target.bin, "cluster", "status", "--http", lead.http).Output()
-	if err != nil || !strings.Contains(string(out), `"state": "leader"`) {
+	// `beanpole cluster status` prints the same JSON with the token, and
+	// without it nothing an attacker could aim with.
+	out, err := exec.Command(target.bin, "cluster", "status", "--http", lead.http, "--token-file", tc.token).Output()
+	if err != nil || !strings.Contains(string(out), `"state": "leader"`) || !strings.Contains(string(out), lead.raft) {
 		t.Fatalf("beanpole cluster status: %v\n%s", err, out)
+	}
+	out, err = exec.Command(target.bin, "cluster", "status", "--http", lead.http).Output()
+	if err != nil || !strings.Contains(string(out), `"state": "leader"`) || strings.Contains(string(out), lead.raft) ||
+		strings.Contains(string(out), `"id"`) || strings.Contains(string(out), `"term"`) {
+		t.Fatalf("beanpole cluster status without the token: %v\n%s", err, out)
 	}
 	// Changes need the token.
 	if out, err := exec.Command(target.bin, "cluster", "transfer-leader", "--http", lead.http).CombinedOutput(); err == nil ||
@@ -422,6 +448,20 @@ func TestClusterStatusJoinAndTransferThroughTheHTTPSide(t *testing.T) {
 		if !strings.Contains(string(scrape), want) {
 			t.Fatalf("the leader's /metrics has no %q", want)
 		}
+	}
+
+	// A follower's /metrics has its raft figures too (how far behind it
+	// is), and none of an engine it does not run.
+	f := tc.other(lead)
+	resp, err = http.Get("http://" + f.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scrape, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(scrape), `beanpole_raft_state{state="follower"} 1`) ||
+		!strings.Contains(string(scrape), "beanpole_raft_last_contact_seconds ") || strings.Contains(string(scrape), "beanstalkd_current_jobs_ready") {
+		t.Fatalf("a follower's /metrics: %d\n%s", resp.StatusCode, scrape)
 	}
 
 	// The dashboard shows the members and who leads.

@@ -948,7 +948,7 @@ func crCheckJobs(t *testing.T, c *conn, bodies map[uint64]string, want map[uint6
 // crWaitLog waits until the server's output contains sub.
 func crWaitLog(t *testing.T, s *server, sub string) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(s.out.String(), sub) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the server did not log %q; its output:\n%s", sub, s.out.String())

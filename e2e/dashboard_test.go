@@ -7,10 +7,14 @@ package e2e
 // action did survives a restart.
 
 import (
+	"encoding/json"
+	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -318,4 +322,72 @@ func TestDashboardTubePageOpensOnAListWithJobs(t *testing.T) {
 	if _, page := httpGet(t, base+"/tube?name=t"); !strings.Contains(page, `class="on">buried</a>`) || !strings.Contains(page, `<tr data-id="2">`) {
 		t.Errorf("a tube with only a buried job opens on another list")
 	}
+}
+
+// The overview shows each tube's puts/s and deletes/s from its first
+// paint: the page the server sends has them (against a reading a second
+// before, when no page was open), and /api/overview has them against the
+// last overview's reading, at least a second old.
+func TestDashboardTubeRatesFromTheFirstPaint(t *testing.T) {
+	t.Parallel()
+	s, base := startDashboard(t)
+	c := s.dial(t)
+	mustSend(t, c, "use q\r\n")
+	expect(t, c, "USING q\r\n")
+	for i := range 3 {
+		put(t, c, 0, 0, 60, "x", uint64(i+1))
+	}
+	code, page := httpGet(t, base+"/")
+	row := regexp.MustCompile(`<tr data-tube="q">(.*)</tr>`).FindStringSubmatch(page)
+	if code != http.StatusOK || row == nil {
+		t.Fatalf("GET /: %d, no row for q in\n%s", code, page)
+	}
+	cells := regexp.MustCompile(`<td>([^<]*)</td>`).FindAllStringSubmatch(row[1], -1)
+	if n := len(cells); n < 2 || cells[n-2][1] != "0.0" || cells[n-1][1] != "0.0" {
+		t.Fatalf("the first paint's puts/s and deletes/s of q: %q, want 0.0 and 0.0 (nothing since the page was asked for)", cells)
+	}
+
+	for i := range 20 {
+		put(t, c, 0, 0, 60, "x", uint64(4+i))
+	}
+	for id := 1; id <= 4; id++ {
+		mustSend(t, c, fmt.Sprintf("delete %d\r\n", id))
+		expect(t, c, "DELETED\r\n")
+	}
+	done := time.Now()
+	code, body := httpGet(t, base+"/api/overview")
+	var o struct {
+		Time       int64 `json:"time_ms"`
+		RatesSince int64 `json:"rates_since_ms"`
+		Tubes      []struct {
+			Name      string
+			TotalJobs uint64   `json:"total_jobs"`
+			Puts      *float64 `json:"puts_per_sec"`
+			Deletes   *float64 `json:"deletes_per_sec"`
+		}
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &o) != nil {
+		t.Fatalf("/api/overview: %d %s", code, body)
+	}
+	// The page's reading is the baseline, unless over 30 s passed and the
+	// answer read the tubes twice itself (after the puts).
+	wantPuts, wantDels := 20.0, 4.0
+	if o.RatesSince >= done.UnixMilli() {
+		wantPuts, wantDels = 0, 0
+	}
+	secs := float64(o.Time-o.RatesSince) / 1000
+	for _, tb := range o.Tubes {
+		if tb.Name != "q" {
+			continue
+		}
+		if tb.Puts == nil || tb.Deletes == nil || secs < 1 {
+			t.Fatalf("q: puts/s %v deletes/s %v over %v s", tb.Puts, tb.Deletes, secs)
+		}
+		// time_ms is cut to the millisecond: within 1 %.
+		if math.Abs(*tb.Puts*secs-wantPuts) > wantPuts/100 || math.Abs(*tb.Deletes*secs-wantDels) > wantDels/100 {
+			t.Fatalf("q: %v puts/s and %v deletes/s over %v s, want %v puts and %v deletes", *tb.Puts, *tb.Deletes, secs, wantPuts, wantDels)
+		}
+		return
+	}
+	t.Fatalf("no tube q in %s", body)
 }

@@ -85,6 +85,9 @@ func TestDebianPackage(t *testing.T) {
 		"/usr/share/doc/beanpole/docs/import.md":     "-rw-r--r--",
 		"/usr/share/doc/beanpole/docs/cluster.md":    "-rw-r--r--",
 		"/usr/share/doc/beanpole/docs/operating.md":  "-rw-r--r--",
+		// The operator's kit docs/operating.md describes.
+		"/usr/share/beanpole/beanpole-dashboard.json": "-rw-r--r--",
+		"/usr/share/beanpole/beanpole-alerts.yml":     "-rw-r--r--",
 	} {
 		if modes[path] != mode {
 			t.Errorf("%s: mode %q, want %s", path, modes[path], mode)

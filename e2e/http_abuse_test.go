@@ -3,12 +3,14 @@ package e2e
 // The HTTP side (--http) under abuse must neither starve the protocol nor
 // take its descriptors: scrapers that never read share one rendering of
 // /metrics instead of each holding their own, a form sent a byte a second
-// is cut by the read timeout, connections past --http-max-conns are closed
-// at once, HTTP connections leave part of the binlog's descriptor reserve
+// is cut by the read timeout, connections past --http-max-conns take an
+// idle one's place or are closed at once, no address locks the others
+// out, HTTP connections leave part of the binlog's descriptor reserve
 // free, and a binlog that cannot open its directory for lack of
 // descriptors waits for one instead of failing for good.
 
 import (
+	"bufio"
 	"errors"
 	"io"
 	"net"
@@ -30,7 +32,18 @@ import (
 // any); the connection is closed when the test ends.
 func rawHTTP(t *testing.T, addr, req string) net.Conn {
 	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, defaultTimeout)
+	return rawHTTPFrom(t, "", addr, req)
+}
+
+// rawHTTPFrom is rawHTTP from the local address from ("": any), as a
+// client host of its own: 127.0.0.2, 127.0.0.3... on loopback.
+func rawHTTPFrom(t *testing.T, from, addr, req string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Timeout: defaultTimeout}
+	if from != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
+	}
+	nc, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
@@ -76,11 +89,12 @@ func median(d []time.Duration) time.Duration {
 }
 
 // Non-reading scrapers, forms sent a byte a second and idle keep-alive
-// connections up to the limit, all at once: a protocol client's round
+// connections past the limit, all at once: a protocol client's round
 // trip stays within twice its baseline (with a floor for a loaded
 // machine), the server's memory grows by a few renderings at most, the
-// slow forms are cut by the read timeout, and a connection past the
-// limit is closed at once and counted.
+// slow forms are cut by the read timeout, and each connection past the
+// limit takes an idle one's place, so that no more than the limit are
+// held.
 func TestHTTPAbuseLeavesTheProtocolServedAndMemoryBounded(t *testing.T) {
 	skipUnlessBeanpole(t, "--http is beanpole's")
 	const (
@@ -155,17 +169,11 @@ func TestHTTPAbuseLeavesTheProtocolServedAndMemoryBounded(t *testing.T) {
 			}
 		}()
 	}
-	// Idle keep-alive connections until one is refused.
-	held, refused := scrapers+slowPosts, false
-	for attempt := 0; attempt < maxConns+100 && !refused; attempt++ {
+	// Idle keep-alive connections, past the limit: each past it takes the
+	// place of an idle one, so the server holds no more than the limit.
+	for attempt := range maxConns + 100 {
 		nc := rawHTTP(t, addr, "GET /healthz HTTP/1.1\r\nHost: "+addr+"\r\n\r\n")
-		got, err := readHealthz(nc)
-		switch {
-		case len(got) == 0 && (err == io.EOF || errors.Is(err, syscall.ECONNRESET)):
-			refused = true // closed at once, nothing sent
-		case err == nil:
-			held++
-		default:
+		if got, err := readHealthz(nc); err != nil {
 			t.Fatalf("idle connection %d: %q, %v", attempt, got, err)
 		}
 		if attempt%10 == 0 {
@@ -176,8 +184,15 @@ func TestHTTPAbuseLeavesTheProtocolServedAndMemoryBounded(t *testing.T) {
 		during = append(during, protoRoundTrip(t, c))
 	}
 	hwm := procStatusKB(t, pid, "VmHWM")
-	if !refused || held > maxConns {
-		t.Errorf("%d HTTP connections held, refused %v; want a refusal past %d", held, refused, maxConns)
+	var open, evicted float64
+	waitFor(t, defaultTimeout, "the idle connections closed for new ones to be let go", func() bool {
+		fams := scrape(t, base)
+		open, _ = value(t, fams, "beanpole_http_connections", "")
+		evicted, _ = value(t, fams, "beanpole_http_connections_evicted_total", "")
+		return open <= maxConns
+	})
+	if evicted < 100 {
+		t.Errorf("beanpole_http_connections_evicted_total %v after %d idle connections past the limit; want at least 100", evicted, 100+scrapers+slowPosts)
 	}
 
 	during50 := median(during)
@@ -212,28 +227,33 @@ func TestHTTPAbuseLeavesTheProtocolServedAndMemoryBounded(t *testing.T) {
 	}
 }
 
-// HTTP connections past --http-max-conns are closed as soon as accepted,
-// counted, and served again once others end.
+// HTTP connections past --http-max-conns, and past the places kept for
+// the probes beyond it, are closed as soon as accepted, counted, and
+// served again once others end. The connections held are busy (a
+// request's first line, never finished): none is idle, to be closed for
+// a new one, and all come from one address, so none is taken back for it.
 func TestHTTPConnectionsPastTheLimitAreClosedAndCounted(t *testing.T) {
 	skipUnlessBeanpole(t, "--http is beanpole's")
 	t.Parallel()
 	_, base := startHTTPServer(t, "--http-max-conns", "4")
 	addr := strings.TrimPrefix(base, "http://")
-	var idle []net.Conn
-	for range 4 {
-		nc := rawHTTP(t, addr, "GET /healthz HTTP/1.1\r\nHost: "+addr+"\r\n\r\n")
-		if got, err := readHealthz(nc); err != nil {
-			t.Fatalf("idle connection: %q, %v", got, err)
-		}
-		idle = append(idle, nc)
+	const probes = 8
+	start := time.Now()
+	var busy []net.Conn
+	for range 4 + probes {
+		busy = append(busy, rawHTTP(t, addr, "GET /healthz HTTP/1.1\r\n"))
 	}
 	nc := rawHTTP(t, addr, "GET /healthz HTTP/1.1\r\nHost: "+addr+"\r\n\r\n")
 	_ = nc.SetReadDeadline(time.Now().Add(defaultTimeout))
-	if got, err := io.ReadAll(nc); len(got) != 0 || err != nil && !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("the fifth connection got %q, %v; want a close with nothing", got, err)
+	got, err := io.ReadAll(nc)
+	if time.Since(start) > httpReadTimeout/2 {
+		t.Skip("the machine took half the read timeout to open the connections: the busy ones may have been cut")
 	}
-	idle[0].Close()
-	idle[1].Close()
+	if len(got) != 0 || err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the connection past the limit and the probes' places got %q, %v; want a close with nothing", got, err)
+	}
+	busy[0].Close()
+	busy[1].Close()
 	// The closes reach the server soon, not at once.
 	client := http.Client{Timeout: defaultTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
 	var open, refused float64
@@ -250,10 +270,131 @@ func TestHTTPConnectionsPastTheLimitAreClosedAndCounted(t *testing.T) {
 		}
 		open, _ = value(t, fams, "beanpole_http_connections", "")
 		refused, _ = value(t, fams, "beanpole_http_connections_refused_total", "")
-		return open == 3 // the two idle ones and the scrape's
+		return open == 11 // the ten busy ones and the scrape's
 	})
 	if refused < 1 {
 		t.Fatalf("beanpole_http_connections_refused_total %v; want at least 1", refused)
+	}
+}
+
+// httpReadTimeout is the HTTP side's read timeout: a request must arrive
+// within it.
+const httpReadTimeout = 10 * time.Second
+
+// httpProbe sends one request from the address from on a connection of
+// its own, as a liveness probe does, and returns the status and body; 0
+// when the connection was closed unanswered.
+func httpProbe(t *testing.T, from, addr, path string) (int, string) {
+	t.Helper()
+	nc := rawHTTPFrom(t, from, addr, "GET "+path+" HTTP/1.1\r\nHost: "+addr+"\r\nConnection: close\r\n\r\n")
+	defer nc.Close()
+	_ = nc.SetReadDeadline(time.Now().Add(defaultTimeout))
+	resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
+	if err != nil {
+		if isTimeout(err) {
+			t.Fatalf("GET %s from %s: no answer and no close within %v", path, from, defaultTimeout)
+		}
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// keepAlive opens a keep-alive connection from the address from, has it
+// answer /healthz, and leaves it idle; false if it was closed unanswered.
+func keepAlive(t *testing.T, from, addr string) bool {
+	t.Helper()
+	nc := rawHTTPFrom(t, from, addr, "GET /healthz HTTP/1.1\r\nHost: "+addr+"\r\n\r\n")
+	got, err := readHealthz(nc)
+	switch {
+	case err == nil:
+		return true
+	case len(got) == 0 && (err == io.EOF || errors.Is(err, syscall.ECONNRESET)):
+		nc.Close()
+		return false
+	}
+	t.Fatalf("keep-alive connection from %s: %q, %v", from, got, err)
+	return false
+}
+
+// One address cannot lock the others out of the HTTP side. An abuser
+// holding every --http-max-conns place with idle keep-alive connections,
+// and opening more, loses an idle one to each newcomer; holding them all
+// busy, it loses its oldest to a newcomer within its share (a quarter);
+// and with every place held by addresses within their shares, the places
+// kept past the limit still answer /healthz and /readyz (and only them).
+// In each case an honest address's probes are all answered.
+func TestHTTPOneAddressCannotLockOthersOut(t *testing.T) {
+	skipUnlessBeanpole(t, "--http is beanpole's")
+	t.Parallel()
+	const maxConns, share = 64, 16
+	_, base := startHTTPServer(t, "--http-max-conns", strconv.Itoa(maxConns))
+	addr := strings.TrimPrefix(base, "http://")
+	const abuser, honest = "127.0.0.2", "127.0.0.3"
+	probes := func(what string) {
+		t.Helper()
+		for i := range 30 {
+			path := []string{"/healthz", "/readyz", "/metrics"}[i%3]
+			if code, _ := httpProbe(t, honest, addr, path); code != http.StatusOK {
+				t.Fatalf("%s: the honest address's GET %s (%d of 30) got %d", what, path, i+1, code)
+			}
+		}
+	}
+
+	// Idle: every place, then as many again (each takes an idle one).
+	for i := range maxConns {
+		if !keepAlive(t, abuser, addr) {
+			t.Fatalf("the abuser's keep-alive connection %d was refused under the limit", i)
+		}
+	}
+	probes("every place idle")
+	for i := range maxConns {
+		if !keepAlive(t, abuser, addr) {
+			t.Fatalf("the abuser's keep-alive connection %d past the limit was refused with idle ones to close", i)
+		}
+	}
+
+	// Busy: a request's first line, never finished, on every place and
+	// on the places past the limit, until one is refused.
+	start := time.Now()
+	var last net.Conn
+	for range 2 * maxConns {
+		last = rawHTTPFrom(t, abuser, addr, "GET /healthz HTTP/1.1\r\n")
+	}
+	_ = last.SetReadDeadline(time.Now().Add(defaultTimeout))
+	if n, err := last.Read(make([]byte, 1)); n != 0 || err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the abuser's busy connection %d, past the limit and the probes' places: %v; want it closed unanswered", 2*maxConns, err)
+	}
+	probes("every place busy")
+	// The honest address may hold its share while the abuser waits.
+	for i := range share {
+		if !keepAlive(t, honest, addr) {
+			t.Fatalf("the honest address's connection %d of its share of %d was refused", i+1, share)
+		}
+	}
+	if time.Since(start) > httpReadTimeout/2 {
+		t.Skip("the machine took half the read timeout: the busy connections may have been cut")
+	}
+
+	// Every place busy, held by addresses within their shares: the probes
+	// get the places kept for them, and only the probes.
+	_, base = startHTTPServer(t, "--http-max-conns", strconv.Itoa(maxConns))
+	addr = strings.TrimPrefix(base, "http://")
+	start = time.Now()
+	for i := range maxConns {
+		rawHTTPFrom(t, "127.0.1."+strconv.Itoa(1+i/share), addr, "GET /healthz HTTP/1.1\r\n")
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, body := httpProbe(t, honest, addr, path); code != http.StatusOK {
+			t.Errorf("GET %s with every place busy: %d %q; want it answered on a place kept for it", path, code, body)
+		}
+	}
+	if code, body := httpProbe(t, honest, addr, "/metrics"); code != http.StatusServiceUnavailable || !strings.Contains(body, "kept for /healthz and /readyz") {
+		t.Errorf("GET /metrics with every place busy: %d %q; want 503", code, body)
+	}
+	if time.Since(start) > httpReadTimeout/2 {
+		t.Skip("the machine took half the read timeout: the busy connections may have been cut")
 	}
 }
 

@@ -180,7 +180,7 @@ func TestImportRefusesWhatWouldReuseIDs(t *testing.T) {
 		want string
 	}{
 		{"largest id", ut.File(7, 64, one, last),
-			"binlog.1: the record at offset 94 names job id 18446744073709551615, the largest there is: the jobs put after the import could only get ids already used"},
+			"binlog.1: the record at offset 94 names job id 18446744073709551615, the largest there is: no id would be left for a job put after the import"},
 		{"largest id past damage", append(append(ut.File(7, 0, one), 0x7f, 0x7f, 0x7f, 0x7f), ut.File(7, 64, ut.Put(2, "t", "two\r\n"), last)[4:]...),
 			"binlog.1: a record found past the damage at offset 94 names job id 18446744073709551615, the largest there is"},
 		{"version 5 header on version 7 records", mismatched,
@@ -202,4 +202,124 @@ func TestImportRefusesWhatWouldReuseIDs(t *testing.T) {
 			untouched(t, dir)
 		})
 	}
+}
+
+// Ids never wrap. A binlog naming id 2^64-3 imports with a warning that
+// only 2 ids are left; the next two puts get them, and every put after
+// that is answered INTERNAL_ERROR and makes nothing (C would hand out 0,
+// 1, 2 ... again), while the jobs there are still served. A restart on
+// that binlog says no id is left and still refuses puts.
+func TestIDsNeverWrapAfterAnImport(t *testing.T) {
+	skipUnlessBeanpole(t, "the import of an upstream binlog is beanpole's")
+	dir := upstreamDir(t, ut.File(7, 64, ut.Put(1, "t", "one\r\n"), ut.Put(math.MaxUint64-2, "t", "near\r\n")))
+	const few = "only 2 job ids are left; once they are handed out, every put is answered INTERNAL_ERROR (ids are never reused)"
+	out, code, _ := runBounded(t, time.Minute, "import", "-b", dir, "--dry-run")
+	if code != 0 || !strings.Contains(out, "the next job gets 18446744073709551614\nwarning: "+few+"\n") {
+		t.Fatalf("dry run: exit %d, want 0 and %q:\n%s", code, few, out)
+	}
+	s := startServer(t, "-b", dir)
+	c := s.dial(t)
+	put(t, c, 0, 0, 60, "a", math.MaxUint64-1)
+	put(t, c, 0, 0, 60, "b", math.MaxUint64)
+	for range 3 {
+		mustSend(t, c, "put 0 0 60 1\r\nc\r\n")
+		expect(t, c, "INTERNAL_ERROR\r\n")
+	}
+	mustSend(t, c, "peek 1\r\npeek 18446744073709551613\r\ndelete 18446744073709551614\r\npeek 0\r\n")
+	expect(t, c, "FOUND 1 3\r\none\r\nFOUND 18446744073709551613 4\r\nnear\r\nDELETED\r\nNOT_FOUND\r\n")
+	if st := stats(t, c); st["current-jobs-ready"] != "3" || st["total-jobs"] != "2" {
+		t.Errorf("stats: %s ready, %s put; want 3 and 2", st["current-jobs-ready"], st["total-jobs"])
+	}
+	// The log lines are written before the first reply, or with it.
+	crWaitLog(t, s, few)
+	crWaitLog(t, s, "every job id, up to 18446744073709551615, has been handed out")
+	s.stop()
+
+	s = startServer(t, "-b", dir)
+	c = s.dial(t)
+	mustSend(t, c, "put 0 0 60 1\r\nc\r\npeek 18446744073709551615\r\n")
+	expect(t, c, "INTERNAL_ERROR\r\nFOUND 18446744073709551615 1\r\nb\r\n")
+	crWaitLog(t, s, "every job id has been handed out: every put is answered INTERNAL_ERROR")
+}
+
+// A binlog.N that is a dangling or looping symbolic link is reported and
+// skipped like any other binlog.N that is not a regular file, as C skips
+// a file it cannot open: beside upstream's binlog the import moves it
+// aside with upstream's files; beside beanpole's own log it is left where
+// it is and its number is not used again. A file that cannot be read
+// (an I/O error) stops the start with exit 1, as C's failed replay, not
+// 10, which says another server holds the directory.
+func TestBinlogSymlinksThatLeadNowhereAreSkipped(t *testing.T) {
+	skipUnlessBeanpole(t, "the import of an upstream binlog is beanpole's")
+	links := func(t *testing.T, dir string, dangling, looping int) {
+		t.Helper()
+		for _, l := range [][2]string{{"nowhere", strconv.Itoa(dangling)}, {"binlog." + strconv.Itoa(looping), strconv.Itoa(looping)}} {
+			if err := os.Symlink(l[0], filepath.Join(dir, "binlog."+l[1])); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Run("upstream", func(t *testing.T) {
+		t.Parallel()
+		dir := upstreamDir(t, ut.File(7, 64, ut.Put(1, "t", "one\r\n")))
+		links(t, dir, 2, 3)
+		skipped := []string{
+			"skipped: " + dir + `/binlog.2 is a dangling symbolic link (to "nowhere"), not a regular file: it is not read`,
+			"skipped: " + dir + `/binlog.3 is a looping symbolic link (to "binlog.3"), not a regular file: it is not read`,
+		}
+		out, code, _ := runBounded(t, time.Minute, "import", "-b", dir, "--dry-run")
+		if code != 0 || !strings.Contains(out, skipped[0]) || !strings.Contains(out, skipped[1]) || !strings.Contains(out, "1 jobs to carry over") {
+			t.Fatalf("dry run: exit %d, want 0 and both links skipped:\n%s", code, out)
+		}
+		// --from copies the regular files only: the links never reach DIR.
+		dst := t.TempDir()
+		out, code, _ = runBounded(t, time.Minute, "import", "--from", dir, "-b", dst)
+		if code != 0 || !strings.Contains(out, "1 jobs to carry over") || strings.Contains(out, "skipped") {
+			t.Fatalf("--from: exit %d, want 0 and the job:\n%s", code, out)
+		}
+		s := startServer(t, "-b", dir)
+		c := s.dial(t)
+		mustSend(t, c, "peek 1\r\n")
+		expect(t, c, "FOUND 1 3\r\none\r\n")
+		put(t, c, 0, 0, 60, "next", 2)
+		crWaitLog(t, s, strings.TrimPrefix(skipped[1], "skipped: "))
+		for _, n := range []string{"binlog.2", "binlog.3"} {
+			if st, err := os.Lstat(filepath.Join(dir, "beanstalkd-import", n)); err != nil || st.Mode()&os.ModeSymlink == 0 {
+				t.Errorf("%s was not moved aside: %v", n, err)
+			}
+		}
+	})
+	t.Run("beanpole's own", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		s := startServer(t, "-b", dir)
+		put(t, s.dial(t), 0, 0, 60, "one", 1)
+		s.stop()
+		links(t, dir, 7, 8)
+		s = startServer(t, "-b", dir)
+		c := s.dial(t)
+		mustSend(t, c, "peek 1\r\n")
+		expect(t, c, "FOUND 1 3\r\none\r\n")
+		put(t, c, 0, 0, 60, "two", 2)
+		crWaitLog(t, s, `binlog.7 offset 0: not a regular file (a dangling symbolic link (to \"nowhere\")`)
+		crWaitLog(t, s, `binlog.8 offset 0: not a regular file (a looping symbolic link (to \"binlog.8\")`)
+		for n, to := range map[string]string{"binlog.7": "nowhere", "binlog.8": "binlog.8"} {
+			if got, err := os.Readlink(filepath.Join(dir, n)); err != nil || got != to {
+				t.Errorf("%s: %q, %v; want the link to %q left as it was", n, got, err, to)
+			}
+		}
+	})
+	t.Run("unreadable", func(t *testing.T) {
+		t.Parallel()
+		if _, err := os.Stat("/proc/self/mem"); err != nil {
+			t.Skip("no /proc/self/mem to read an I/O error from")
+		}
+		dir := t.TempDir()
+		if err := os.Symlink("/proc/self/mem", filepath.Join(dir, "binlog.1")); err != nil {
+			t.Fatal(err)
+		}
+		if out, code := startOn(t, dir); code != 1 || !strings.Contains(out, "input/output error") {
+			t.Errorf("server start on a binlog.1 that cannot be read: exit %d, want 1:\n%s", code, out)
+		}
+	})
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,4 +121,87 @@ func TestTLSHandshakePlacesAreGivenBackWhenStalledClientsLeave(t *testing.T) {
 	}
 	mustSend(t, c, listUsed)
 	expect(t, c, usingDflt)
+}
+
+// One address cannot keep the handshake cap from the others. An abuser
+// that holds every place with stalled handshakes, and reopens each
+// connection as soon as it is shed, loses its oldest handshake to each
+// client of another address (within its quarter of the cap), which gets
+// in at once; the abuser's own new connections are shed.
+func TestTLSOneAddressCannotHoldEveryHandshake(t *testing.T) {
+	t.Parallel()
+	ts := startTLSServer(t)
+	const nofile = 256
+	if err := unix.Prlimit(ts.pid(), unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: nofile, Max: nofile}, nil); err != nil {
+		t.Skipf("prlimit: %v", err)
+	}
+	const limit, share = nofile / 4, nofile / 16
+	const abuser, honest = "127.0.0.2", "127.0.0.3"
+	d := net.Dialer{Timeout: defaultTimeout, LocalAddr: &net.TCPAddr{IP: net.ParseIP(abuser)}}
+	stall := func() net.Conn {
+		nc, err := d.Dial("tcp", ts.tlsAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc
+	}
+	begin := time.Now()
+	var mu sync.Mutex
+	var stalled []net.Conn
+	for range limit {
+		stalled = append(stalled, stall())
+	}
+	waitFor(t, tlsHandshakeTimeout, "the stalled handshakes to fill the cap", func() bool {
+		_, err := ts.dialTLSFrom(t, abuser)
+		return err != nil
+	})
+	// The abuser reopens every connection the server closes.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i = (i + 1) % limit {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if i == 0 {
+				time.Sleep(time.Millisecond) // a pace, not to spin a core
+			}
+			mu.Lock()
+			nc := stalled[i]
+			mu.Unlock()
+			_ = nc.SetReadDeadline(time.Now().Add(time.Millisecond))
+			if _, err := nc.Read(make([]byte, 1)); err != nil && !isTimeout(err) {
+				nc.Close()
+				nc, err = d.Dial("tcp", ts.tlsAddr)
+				if err != nil {
+					continue
+				}
+				mu.Lock()
+				stalled[i] = nc
+				mu.Unlock()
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		wg.Wait()
+		for _, nc := range stalled {
+			nc.Close()
+		}
+	}()
+	for i := range share {
+		c, err := ts.dialTLSFrom(t, honest)
+		if err != nil {
+			t.Fatalf("honest TLS client %d of %d, with the abuser holding every handshake: %v", i+1, share, err)
+		}
+		mustSend(t, c, listUsed)
+		expect(t, c, usingDflt)
+	}
+	if time.Since(begin) > tlsHandshakeTimeout/2 {
+		t.Skip("the machine took half the handshake timeout: the stalled handshakes may have timed out by themselves")
+	}
 }

@@ -295,7 +295,7 @@ func TestClusterStatusAndJoinOverHTTPS(t *testing.T) {
 	tc.nodes = append(tc.nodes, n2)
 	tc.start(n2, append(nodeTLSArgs(t, ca, certs, n2.id), "--join", n1.http)...)
 	waitFor(t, 30*time.Second, "n2 in the configuration", func() bool {
-		out, err := status("--http", n1.http, "--tls-ca", caFile)
+		out, err := status("--http", n1.http, "--tls-ca", caFile, "--token-file", tc.token)
 		return err == nil && json.Unmarshal([]byte(out), &st) == nil && len(st.Members) == 2
 	})
 	waitFor(t, 30*time.Second, "n2 to forward to the leader", func() bool {
@@ -309,5 +309,38 @@ func TestClusterStatusAndJoinOverHTTPS(t *testing.T) {
 	})
 	if exited(n2.srv) {
 		t.Fatal("n2, a follower, exited on SIGHUP")
+	}
+}
+
+// Over HTTPS too, idle keep-alive connections of one address holding
+// every --http-max-conns place are closed for another address's probes,
+// which are all answered.
+func TestHTTPSIdleConnectionsMakeRoomForAnotherAddress(t *testing.T) {
+	t.Parallel()
+	const maxConns = 8
+	ts, addr := startHTTPSOnly(t, "--http-max-conns", strconv.Itoa(maxConns))
+	conf := &tls.Config{RootCAs: ts.ca.pool()}
+	for i := range maxConns {
+		d := &net.Dialer{Timeout: defaultTimeout, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+		tc, err := tls.DialWithDialer(d, "tcp", addr, conf)
+		if err != nil {
+			t.Fatalf("the abuser's connection %d: %v", i, err)
+		}
+		t.Cleanup(func() { tc.Close() })
+		if _, err := io.WriteString(tc, "GET /healthz HTTP/1.1\r\nHost: "+addr+"\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := readHealthz(tc); err != nil {
+			t.Fatalf("the abuser's connection %d: %q, %v", i, got, err)
+		}
+	}
+	tr := &http.Transport{TLSClientConfig: conf, DisableKeepAlives: true,
+		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}}).DialContext}
+	c := &http.Client{Timeout: defaultTimeout, Transport: tr}
+	for i := range 10 {
+		resp, body := fetchGet(t, c, "https://"+addr+"/healthz")
+		if resp.StatusCode != http.StatusOK || body != "ok\n" {
+			t.Fatalf("the honest address's probe %d: %d %q", i+1, resp.StatusCode, body)
+		}
 	}
 }

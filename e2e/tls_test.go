@@ -184,7 +184,17 @@ func startTLSServer(t *testing.T, extra ...string) *tlsServer {
 // client certificate given if any, and completes the handshake.
 func (ts *tlsServer) dialTLS(t *testing.T, certs ...tls.Certificate) (*conn, error) {
 	t.Helper()
+	return ts.dialTLSFrom(t, "", certs...)
+}
+
+// dialTLSFrom is dialTLS from the local address from ("": any), as a
+// client host of its own: 127.0.0.2, 127.0.0.3... on loopback.
+func (ts *tlsServer) dialTLSFrom(t *testing.T, from string, certs ...tls.Certificate) (*conn, error) {
+	t.Helper()
 	d := &net.Dialer{Timeout: defaultTimeout}
+	if from != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
+	}
 	tc, err := tls.DialWithDialer(d, "tcp", ts.tlsAddr, &tls.Config{RootCAs: ts.ca.pool(), Certificates: certs})
 	if err != nil {
 		return nil, err

@@ -83,6 +83,28 @@ func (e *Engine) NewClient(shard int, w Waker) *Client {
 // idle connections are counted in hundreds of thousands). c must be zero
 // and must not move or be copied afterwards.
 func (e *Engine) InitClient(c *Client, shard int, w Waker) {
+	e.Accepted(shard)
+	e.InitAccepted(c, shard, w)
+}
+
+// Accepted counts a connection in current-connections and
+// total-connections before its Client exists: an acceptor calls it as the
+// kernel hands the connection over, so that `stats` on a later connection
+// counts it however long it takes to reach its event loop (as in C, which
+// accepts and serves on one thread). Any goroutine may call it (shard 0,
+// the timers', for one that is no loop's); InitAccepted then registers the
+// connection without counting it again, or Unaccepted takes it back.
+func (e *Engine) Accepted(shard int) {
+	e.ctr.add(shard, cConnections, 1)
+	e.ctr.add(shard, cTotalConnections, 1)
+}
+
+// Unaccepted takes a connection counted by Accepted off
+// current-connections: it was closed before it was registered.
+func (e *Engine) Unaccepted(shard int) { e.ctr.add(shard, cConnections, -1) }
+
+// InitAccepted is InitClient for a connection counted by Accepted.
+func (e *Engine) InitAccepted(c *Client, shard int, w Waker) {
 	c.e, c.shard, c.waker = e, uint16(shard), w
 	if e.jl != nil {
 		c.journalState = &journalState{}
@@ -90,8 +112,6 @@ func (e *Engine) InitClient(c *Client, shard int, w Waker) {
 	}
 	c.use = e.reg.acquire(e, shard, e.defaultTube.nameBytes, true)
 	c.watchOne[0] = e.reg.acquire(e, shard, e.defaultTube.nameBytes, false)
-	e.ctr.add(shard, cConnections, 1)
-	e.ctr.add(shard, cTotalConnections, 1)
 }
 
 // Client.roles bits.

@@ -9,7 +9,8 @@ import (
 
 // Put creates a job with a fresh id from NextID in the used tube. delay and
 // ttr are as given on the wire; a ttr below 1 s becomes 1 s. An error
-// (ErrNoMemory, ErrNoRoom, ErrLogFailed) means no job was made.
+// (ErrNoIDs for id 0, ErrNoMemory, ErrNoRoom, ErrLogFailed) means no job
+// was made.
 //
 // The job's memory is charged here, before anything else (memory.go): past
 // the ceiling the put is refused with ErrNoMemory. With a binlog a put
@@ -19,12 +20,16 @@ import (
 // heaps, where reserves, peeks and stats see it) only once its record is
 // as durable as the -f flags promise: no client can be handed a job that a
 // crash would then take back. The putting client's later commands that
-// read shared state wait for that too (the loop's rule), so it never
-// misses its own job.
+// read or change shared state wait for that too (PutsUnacked, the loop's
+// rule), so it never misses its own job and its changes are seen in the
+// order it made them.
 //
 // now is the engine's clock (Engine.Now) when the put arrived: a loop
 // reads it once for all the puts of one pass.
 func (c *Client) Put(now int64, id uint64, pri uint32, delay, ttr time.Duration, body []byte) (*Job, error) {
+	if id == 0 {
+		return nil, ErrNoIDs
+	}
 	if ttr < time.Second {
 		ttr = time.Second
 	}
@@ -56,12 +61,13 @@ func (c *Client) Put(now int64, id uint64, pri uint32, delay, ttr time.Duration,
 	t.jobs++
 	t.mu.Unlock()
 	j.owner = c
-	c.appended.Add(1)
+	seq := c.appended.Add(1)
 	if err := c.e.jl.Put(&r, (*putAck)(j)); err != nil {
 		c.appended.Add(^uint64(0))
 		c.e.unpublished(j, int(c.shard))
 		return nil, c.e.refused(err)
 	}
+	c.lastPut = seq
 	return j, nil
 }
 

@@ -2,10 +2,10 @@ package engine
 
 import "sync/atomic"
 
-// Global counters are kept in shards, one per event loop plus one for timer
-// callbacks, each on its own cache lines. A command only ever adds to its
-// own loop's shard, so no cache line is written by every command; `stats`
-// sums the shards.
+// Global counters are kept in shards, one per event loop plus one (0) for
+// timer callbacks and the acceptors (Accepted), each on its own cache
+// lines. A command only ever adds to its own loop's shard, so no cache
+// line is written by every command; `stats` sums the shards.
 type counter int
 
 const (

@@ -11,6 +11,7 @@
 package engine
 
 import (
+	"errors"
 	"math"
 	"sync/atomic"
 	"time"
@@ -60,8 +61,25 @@ func (e *Engine) Now() int64 { return e.mono() }
 // Shards is the number of loop shards the engine was made for.
 func (e *Engine) Shards() int { return len(e.ctr.shards) - 1 }
 
-// NextID hands out a job id. Ids are global and never reused.
-func (e *Engine) NextID() uint64 { return e.nextID.Add(1) }
+// ErrNoIDs: every job id, up to the largest (2^64-1), has been handed out,
+// so no new job can be made: a put answers INTERNAL_ERROR. Ids are never
+// reused, so this lasts; every other command goes on.
+var ErrNoIDs = errors.New("every job id has been handed out: no job can be made")
+
+// NextID hands out a job id. Ids are global and never reused: once the
+// largest (2^64-1) is out, it returns 0, which is no id (Put refuses it
+// with ErrNoIDs).
+func (e *Engine) NextID() uint64 {
+	for {
+		id := e.nextID.Load()
+		if id == math.MaxUint64 {
+			return 0
+		}
+		if e.nextID.CompareAndSwap(id, id+1) {
+			return id + 1
+		}
+	}
+}
 
 // SetDraining enters drain mode (SIGUSR1); there is no way back, as upstream.
 func (e *Engine) SetDraining() { e.draining.Store(true) }

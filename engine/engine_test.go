@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -531,5 +533,35 @@ func TestGaugesAgreeWithTubesAndHeapsAfterChurn(t *testing.T) {
 	}
 	if gs.CurrentWaiting != 0 || gs.CurrentConnections != 0 {
 		t.Errorf("current-waiting %d, current-connections %d", gs.CurrentWaiting, gs.CurrentConnections)
+	}
+}
+
+// Ids are never reused: restored up to 2^64-3, puts get the last two ids,
+// then ErrNoIDs, as does a move (which makes a new job), and the jobs
+// already made are all still there under their own ids.
+func TestIDsNeverWrap(t *testing.T) {
+	e := New(1)
+	e.Restore(nil, math.MaxUint64-2)
+	c, _ := newTestClient(e, 0)
+	a, b := put(t, c, 0, 0, "a"), put(t, c, 0, 0, "b")
+	if a.ID != math.MaxUint64-1 || b.ID != math.MaxUint64 {
+		t.Fatalf("ids %d, %d, want the last two", a.ID, b.ID)
+	}
+	for range 3 {
+		if id := e.NextID(); id != 0 {
+			t.Fatalf("NextID past the largest id: %d, want 0", id)
+		}
+		if j, err := c.Put(e.Now(), e.NextID(), 0, 0, time.Second, []byte("c\r\n")); !errors.Is(err, ErrNoIDs) || j != nil {
+			t.Fatalf("put past the largest id: %v, %v; want ErrNoIDs", j, err)
+		}
+	}
+	if _, err := e.NewOperator().Move(a.ID, "other"); !errors.Is(err, ErrNoIDs) {
+		t.Fatalf("move past the largest id: %v, want ErrNoIDs", err)
+	}
+	if e.Peek(a.ID) != a || e.Peek(b.ID) != b || e.Peek(0) != nil || e.Peek(1) != nil {
+		t.Fatal("the jobs are not where they were")
+	}
+	if ok, err := c.Delete(e.Now(), a.ID); !ok || err != nil {
+		t.Fatalf("delete once the ids ran out: %v, %v", ok, err)
 	}
 }

@@ -54,6 +54,9 @@ type journalState struct {
 	// sets it; the writer swaps it to noWake when it wakes, so one wake is
 	// sent per request.
 	wakeAt atomic.Uint64
+	// lastPut is the seq of the client's latest put (PutsUnacked). It
+	// belongs to the client's loop.
+	lastPut uint64
 }
 
 const noWake = ^uint64(0)
@@ -70,6 +73,18 @@ func (c *Client) Durability() (appended, acked, failedAt uint64) {
 	// failedAt is stored before acked: load acked first.
 	acked = c.acked.Load()
 	return c.appended.Load(), acked, c.failedAt.Load()
+}
+
+// PutsUnacked is the seq of the client's latest put if its log has not
+// acknowledged it yet, else 0. A put's job is published only once its
+// record is durable, so until then it is the one change of the client's
+// own that nobody can see (every other change is made in memory as it is
+// appended); its acknowledgement publishes the client's earlier puts too.
+func (c *Client) PutsUnacked() uint64 {
+	if c.journalState == nil || c.acked.Load() >= c.lastPut {
+		return 0
+	}
+	return c.lastPut
 }
 
 // WakeWhenAcked asks for a Wake once the log has acknowledged the

@@ -291,13 +291,18 @@ func (o *Operator) Move(id uint64, tube string) (newID uint64, err error) {
 			unlock()
 			return ErrNoJob
 		}
+		nid := e.NextID()
+		if nid == 0 {
+			unlock()
+			return ErrNoIDs
+		}
 		cost := jobCost(j.Body)
 		if !e.charge(int(c.shard), cJobBytes, cost) {
 			unlock()
 			return ErrNoMemory
 		}
 		now := e.mono() // the engine's clock, as a put's: tests drive it
-		nj := &Job{ID: e.NextID(), Tube: dst, Body: j.Body, Pri: j.Pri, heapIndex: -1,
+		nj := &Job{ID: nid, Tube: dst, Body: j.Body, Pri: j.Pri, heapIndex: -1,
 			delay: j.delay, ttr: j.ttr, createdAt: e.wall(now)}
 		if j.state == Delayed {
 			nj.deadline = j.deadline

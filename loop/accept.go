@@ -158,9 +158,15 @@ func (a *acceptor) acceptAll(lfd int) bool {
 		}
 		if a.hand != nil {
 			a.hand(fd, a.local)
-		} else if err := a.s.cli.EnrollFD(fd, a.network, a.local, nil, nil); err != nil {
-			a.failed(-1, err) // fd is closed: that client is answered already
-			continue
+		} else {
+			// Counted now, not when its loop opens it: stats on a
+			// connection opened after this one must count this one.
+			a.s.eng.Accepted(0)
+			if err := a.s.cli.EnrollFD(fd, a.network, a.local, nil, nil); err != nil {
+				a.s.eng.Unaccepted(0)
+				a.failed(-1, err) // fd is closed: that client is answered already
+				continue
+			}
 		}
 		if a.backoff != 0 || a.shedding {
 			a.s.log.Warn().Msg("accepting connections again")

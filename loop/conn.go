@@ -21,9 +21,10 @@ type conn struct {
 	throttled bool // too much unsent output: input waits
 	closed    bool // OnClose ran: never touch gc again
 	fenced    bool // Fence refused a write (fenceWrites): nothing more is sent
-	// awaiting: the next command reads shared state and the connection's
-	// own binlog records are not all durable yet, so it waits for them
-	// (input after it stays buffered); see mustAwait.
+	// awaiting: the next command reads or changes shared state while
+	// the connection's own puts are not durable yet, so it waits for them
+	// (awaitFor), or the connection holds as many replies as it may
+	// (Server.heldFull); input after it stays buffered.
 	awaiting bool
 	// closing: every reply is written or queued in gnet; the connection
 	// closes once gnet has sent them all (or the grace time runs out).
@@ -48,6 +49,9 @@ type connExtra struct {
 	// outCharged is c's unsent output as last charged against the memory
 	// ceiling (chargeOutput).
 	outCharged int64
+	// awaitSeq: while c.awaiting, the seq of c's records the next command
+	// waits for (awaitFor); 0 when it waits for room for held replies.
+	awaitSeq uint64
 }
 
 // holdsOutput reports whether c's unsent output is charged against the
@@ -110,15 +114,56 @@ func (c *conn) setReading() {
 // is one command's reply (or a run of replies with no records of their
 // own) and may be sent once the client's records up to its seq `to` are
 // acknowledged; if one of its own records (from, to] failed, it is
-// answered INTERNAL_ERROR instead.
+// answered INTERNAL_ERROR instead. Their header bytes are copied into one
+// buffer that is reused (no allocation per held reply); bodies are
+// referenced.
 type heldReplies struct {
-	bufs    [][]byte // header copies and body references
+	hdr     []byte
+	parts   []heldPart
 	entries []heldEntry
+	// cost is what they hold: header and body bytes, and heldEntryCost
+	// per entry. It is capped (heldFull) and charged against the memory
+	// ceiling with the unsent output (chargeOutput).
+	cost int64
+}
+
+// heldPart is a run of header bytes, hdr[off:off+n], or a body.
+type heldPart struct {
+	body   []byte
+	off, n int
 }
 
 type heldEntry struct {
-	end      int // bufs[previous end:end]
+	end      int // parts[previous end:end]
 	from, to uint64
+}
+
+// heldEntryCost is what an entry costs besides its bytes: the entry and
+// its parts.
+const heldEntryCost = 64
+
+// header appends header bytes b, extending the last part if it is a
+// header run too.
+func (h *heldReplies) header(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	if k := len(h.parts) - 1; k >= 0 && h.parts[k].body == nil && h.parts[k].off+h.parts[k].n == len(h.hdr) &&
+		(len(h.entries) == 0 || h.entries[len(h.entries)-1].end <= k) {
+		h.parts[k].n += len(b)
+	} else {
+		h.parts = append(h.parts, heldPart{off: len(h.hdr), n: len(b)})
+	}
+	h.hdr = append(h.hdr, b...)
+	h.cost += int64(len(b))
+}
+
+// bytes is part p's bytes.
+func (h *heldReplies) bytes(p heldPart) []byte {
+	if p.body != nil {
+		return p.body
+	}
+	return h.hdr[p.off : p.off+p.n]
 }
 
 type putState struct {
@@ -161,8 +206,9 @@ func (c *conn) keepDecoder(d *codec.Decoder) *codec.Decoder {
 // the client's records (from, to]) to the end of c.held.
 func (c *conn) hold(p outPos, from, to uint64) {
 	h := &c.extra().held
-	h.bufs = c.ls.out.takeSince(p, h.bufs)
-	h.entries = append(h.entries, heldEntry{end: len(h.bufs), from: from, to: to})
+	c.ls.out.takeSince(p, h)
+	h.entries = append(h.entries, heldEntry{end: len(h.parts), from: from, to: to})
+	h.cost += heldEntryCost
 }
 
 // sendHeld writes, in order, every held reply whose records are
@@ -181,7 +227,9 @@ func (c *conn) sendHeld() {
 			// Never acknowledge what the log did not keep.
 			w = append(w, codec.RepInternalError)
 		} else {
-			w = append(w, h.bufs[start:e.end]...)
+			for _, p := range h.parts[start:e.end] {
+				w = append(w, h.bytes(p))
+			}
 		}
 		start = e.end
 	}
@@ -191,26 +239,48 @@ func (c *conn) sendHeld() {
 	c.writeBufs(w)
 	clear(w)
 	c.ls.iov = w[:0]
-	n := copy(h.bufs, h.bufs[start:])
-	clear(h.bufs[n:]) // let the bodies go
-	h.bufs = h.bufs[:n]
+	// Drop what was sent: the header bytes of the parts left move to the
+	// front of hdr.
+	cut := len(h.hdr)
+	for _, p := range h.parts[:start] {
+		h.cost -= int64(p.n + len(p.body))
+	}
+	for _, p := range h.parts[start:] {
+		if p.body == nil {
+			cut = p.off
+			break
+		}
+	}
+	h.hdr = h.hdr[:copy(h.hdr, h.hdr[cut:])]
+	n := copy(h.parts, h.parts[start:])
+	clear(h.parts[n:]) // let the bodies go
+	h.parts = h.parts[:n]
+	for i := range h.parts {
+		if h.parts[i].body == nil {
+			h.parts[i].off -= cut
+		}
+	}
 	m := copy(h.entries, h.entries[k:])
 	h.entries = h.entries[:m]
+	h.cost -= int64(k) * heldEntryCost
 	for i := range h.entries {
 		h.entries[i].end -= start
+	}
+	if m == 0 && cap(h.hdr) > 64<<10 {
+		h.hdr = nil // a burst's buffer is not kept for good
 	}
 }
 
 // ackNeed is the seq of c's records whose acknowledgement would let it go
-// on: the oldest held reply's, else, while a command awaits, the last
-// appended. 0 means it waits for nothing from the log.
+// on: the oldest held reply's, else, while a command awaits, the one it
+// waits for (awaitFor). 0 means it waits for nothing from the log (a
+// command that waited for room for held replies has it: they were sent).
 func (c *conn) ackNeed() uint64 {
 	if c.heldPending() {
 		return c.held.entries[0].to
 	}
 	if c.awaiting {
-		n, _, _ := c.cl.Durability()
-		return n
+		return c.awaitSeq
 	}
 	return 0
 }

@@ -174,7 +174,8 @@ func (s *Server) okErr(out *output, ok bool, err error, reply []byte) {
 
 // refusal is the reply to a change the engine refused: OUT_OF_MEMORY for
 // a full disk, as upstream, and for a put past the job-memory ceiling, as
-// upstream when malloc fails; INTERNAL_ERROR once the log has failed.
+// upstream when malloc fails; INTERNAL_ERROR once the log has failed, and
+// once every job id has been handed out (both last).
 func refusal(err error) []byte {
 	if errors.Is(err, engine.ErrNoRoom) || errors.Is(err, engine.ErrNoMemory) {
 		return codec.RepOutOfMemory
@@ -217,7 +218,11 @@ func (s *Server) finishPut(c *conn) {
 	p := c.put
 	j, err := c.cl.Put(c.ls.passClock(), p.id, p.pri, time.Duration(p.delay)*time.Second, time.Duration(p.ttr)*time.Second, body)
 	if err != nil {
-		// The job-memory ceiling or the binlog refused it (the id is burned).
+		// The job-memory ceiling or the binlog refused it (the id is
+		// burned), or no id was left.
+		if errors.Is(err, engine.ErrNoIDs) && !s.idsOut.Swap(true) {
+			s.log.Error().Msg("every job id, up to 18446744073709551615, has been handed out: puts are answered INTERNAL_ERROR from now on (ids are never reused)")
+		}
 		out.buf = append(out.buf, refusal(err)...)
 		return
 	}

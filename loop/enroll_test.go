@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beanpole/beanpole/codec"
 	"github.com/beanpole/beanpole/engine"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
@@ -136,11 +137,18 @@ func TestRegistrationFailureIsCountedAndLogged(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		srv.eng.Accepted(0) // as the acceptor counts it
 		if err := srv.cli.EnrollFD(fd, "unix", nil, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	waitUntil(t, "3 refused connections", func() bool { return srv.Refused() == 3 })
+	var st codec.ServerStats
+	srv.Stats(&st)
+	if st.CurrentConnections != 0 || st.TotalConnections != 3 {
+		t.Fatalf("current-connections %d total-connections %d after 3 failed registrations, want 0 and 3",
+			st.CurrentConnections, st.TotalConnections)
+	}
 	elapsed := time.Since(start)
 	const msg = "closing new connections: the event loop cannot register them"
 	if got, most := strings.Count(logs.String(), msg), 1+int(elapsed/time.Second); got < 1 || got > most {

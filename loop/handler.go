@@ -17,13 +17,19 @@ type handler struct {
 func (h *handler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	s := h.s
 	c := &conn{gc: gc, ls: s.loopFor(gc.EventLoop())}
-	if ts, ok := gc.Context().(*tlsSession); ok {
+	ts, isTLS := gc.Context().(*tlsSession)
+	if isTLS {
 		c.gc = newTLSConn(gc, ts, c.ls)
 		// The handshake may have read the first records already.
 		_ = gc.Wake(nil)
 	}
 	c.ls.conns.Add(1)
-	s.eng.InitClient(&c.cl, c.ls.shard, c)
+	if isTLS {
+		// Counted once its handshake is done: a failed one is no connection.
+		s.eng.InitClient(&c.cl, c.ls.shard, c)
+	} else {
+		s.eng.InitAccepted(&c.cl, c.ls.shard, c) // counted by the acceptor
+	}
 	gc.SetContext(c)
 	if s.cfg.Verbosity > 0 {
 		s.log.Info().Int("fd", gc.Fd()).Str("remote", addr(gc)).Msg("accept")
@@ -65,8 +71,11 @@ var _ gnet.EnrollFailedHandler = (*handler)(nil)
 // or out of kernel memory). gnet has closed it, so the client sees a close,
 // as when we shed one for lack of descriptors, and it is counted the same
 // way. The log line is rate-limited: a failure like that comes in floods.
-func (h *handler) OnEnrollFailed(_ any, err error) {
+func (h *handler) OnEnrollFailed(ctx any, err error) {
 	s := h.s
+	if _, isTLS := ctx.(*tlsSession); !isTLS {
+		s.eng.Unaccepted(0) // the acceptor counted it
+	}
 	s.refused.Add(1)
 	now := time.Now().UnixNano()
 	last := s.enrollWarned.Load()

@@ -102,31 +102,26 @@ type outPos struct{ buf, iov, mark int }
 
 func (o *output) pos() outPos { return outPos{len(o.buf), len(o.iov), o.mark} }
 
-// takeSince moves the replies batched since p to dst, header bytes copied
-// and bodies referenced (they are immutable), and truncates the batch back
-// to p.
-func (o *output) takeSince(p outPos, dst [][]byte) [][]byte {
+// takeSince moves the replies batched since p to the end of h, header
+// bytes copied and bodies referenced (they are immutable), and truncates
+// the batch back to p.
+func (o *output) takeSince(p outPos, h *heldReplies) {
 	for i := p.iov; i < len(o.iov); i++ {
 		b := o.iov[i]
 		if i%2 == 0 { // a header chunk, buf[mark:…]; the first began before p
 			if i == p.iov {
 				b = b[p.buf-p.mark:]
 			}
-			if len(b) == 0 {
-				continue
-			}
-			b = append([]byte(nil), b...)
+			h.header(b)
 		} else {
 			o.bodies -= len(b)
+			h.parts = append(h.parts, heldPart{body: b})
+			h.cost += int64(len(b))
 		}
-		dst = append(dst, b)
 	}
-	if tail := o.buf[max(o.mark, p.buf):]; len(tail) > 0 {
-		dst = append(dst, append([]byte(nil), tail...))
-	}
+	h.header(o.buf[max(o.mark, p.buf):])
 	clear(o.iov[p.iov:])
 	o.iov = o.iov[:p.iov]
 	o.buf = o.buf[:p.buf]
 	o.mark = p.mark
-	return dst
 }

@@ -17,7 +17,8 @@ const directBody = 16 << 10
 // process runs c's pass: every complete command buffered for c, in order,
 // with their replies sent in one write. It stops early at a reserve that has
 // to wait (the rest stays in gnet's buffer until the reserve is answered),
-// at a command that must wait for c's binlog records (see mustAwait), when
+// at a command that must wait for c's binlog records (see awaitFor) or
+// for room for its held replies (heldFull), when
 // output backs up, at quit, or at the end of its time slice (passSlice). It
 // is also how a wake-up resumes c.
 func (s *Server) process(c *conn) gnet.Action {
@@ -32,7 +33,7 @@ func (s *Server) process(c *conn) gnet.Action {
 	// does; if the records were acknowledged meanwhile, go round again.
 	for !c.closed && !c.fenced && action == gnet.None {
 		need := c.ackNeed()
-		if need == 0 || c.cl.WakeWhenAcked(need) {
+		if need == 0 && !c.awaiting || need != 0 && c.cl.WakeWhenAcked(need) {
 			break
 		}
 		action = s.pass(c)
@@ -85,7 +86,9 @@ func (s *Server) pass(c *conn) gnet.Action {
 		// As upstream: a client that hangs up while its reserve waits gets
 		// TIMED_OUT, and the commands it sent after the reserve still run.
 		c.parked = false
+		p, from := c.ls.out.pos(), c.appended()
 		c.ls.out.buf = append(c.ls.out.buf, codec.RepTimedOut...)
+		s.settle(c, p, from) // behind the replies held for the log
 	}
 	if c.parked {
 		j, outcome := c.cl.TakeWakeup()
@@ -101,7 +104,7 @@ func (s *Server) pass(c *conn) gnet.Action {
 		s.settle(c, p, from)
 	}
 	if c.awaiting {
-		if appended, acked, _ := c.cl.Durability(); acked < appended {
+		if _, acked, _ := c.cl.Durability(); acked < c.awaitSeq || s.heldFull(c) {
 			s.send(c, 0)
 			return s.checkInputCap(c) // process asks the log to wake us
 		}
@@ -141,8 +144,9 @@ func (s *Server) pass(c *conn) gnet.Action {
 			}
 			goto done // an incomplete line, or all there is of a body
 		case codec.Line:
-			if s.mustAwait(c, f.Status, f.Cmd.Op) {
+			if seq := awaitFor(c, f.Status, f.Cmd.Op); seq != 0 || s.heldFull(c) {
 				c.awaiting = true
+				c.extra().awaitSeq = seq
 				goto done // the line stays buffered until the log wakes us
 			}
 			off += f.N
@@ -317,26 +321,88 @@ func (s *Server) settle(c *conn, p outPos, from uint64) {
 	}
 }
 
-// mustAwait is the ordering rule that makes -b safe to pipeline: while
-// some of c's binlog records are not yet durable, a command that reads or
-// changes shared state waits until they are. So a client never observes
-// state its own unacknowledged changes could still take back (its own
-// puts are published only once durable), and a reservation, a delete or a
-// stats reply always follows the durability of what came before it on the
-// connection, as with upstream, which writes each record before it runs
-// the next command. Commands that touch only the connection itself (and
-// put, whose job nobody sees until it is durable) keep running, so a
-// producer can pipeline puts into one group commit.
-func (s *Server) mustAwait(c *conn, st codec.Status, op codec.Op) bool {
+// awaitFor is the ordering rule that makes -b (and the cluster) safe to
+// pipeline: it is the seq of c's records that must be acknowledged before
+// the command on a line may run, or 0 if it may run now.
+//
+// A connection's commands must take effect in the order they were sent,
+// for every client to see, and a client must never observe what its own
+// unacknowledged changes could still take back. A put is held back in
+// memory until its record is durable (nobody can see the job before, and
+// a failed put never existed), while a delete, release, bury or kick
+// changes memory when its record is appended. So the only thing a command
+// can overtake is c's own unacknowledged puts: a command that reads or
+// changes shared state waits for them, since it could observe them (a
+// reserve, peek or stats missing c's own job) or be observed before them
+// (another client seeing c's later delete while c's earlier put is still
+// invisible). Nothing waits for the other records:
+//
+//	command                                     waits for c's     why
+//	put use watch ignore                        nothing           they touch only c's own state (a put
+//	list-tube-used list-tubes-watched                             is published in the order of its ack)
+//	reserve reserve-with-timeout reserve-job    unacked puts      they read or change shared state,
+//	delete release bury touch kick kick-job                       which c's unacked puts have not
+//	peek peek-ready peek-delayed peek-buried                      reached yet
+//	stats stats-job stats-tube list-tubes
+//	pause-tube
+//	quit                                        every record      its close follows every reply
+//	(unknown command, bad format)               nothing           the reply says nothing of the state
+//
+// The replies keep their order anyway: a reply that follows one waiting
+// for its records is held behind it (settle), each is sent only once its
+// own records and every earlier reply's are durable, and a reply whose
+// record failed is INTERNAL_ERROR (sendHeld). So a reservation, a delete
+// or a stats reply still reaches the client only after what came before
+// it on the connection is durable, as with upstream, which writes each
+// record before it runs the next command; but the records of pipelined
+// reserves and deletes, like those of pipelined puts, share one write,
+// one fsync, one raft entry.
+func awaitFor(c *conn, st codec.Status, op codec.Op) uint64 {
 	if st == codec.Unknown || st == codec.BadFormat {
+		return 0
+	}
+	switch awaitRules[op] {
+	case awaitPuts:
+		return c.cl.PutsUnacked()
+	case awaitAll:
+		if appended, acked, _ := c.cl.Durability(); acked < appended {
+			return appended
+		}
+	}
+	return 0
+}
+
+// heldFull reports whether c holds as many replies waiting for the binlog
+// as it may: as many bytes as HighWater allows unsent output, or, with its
+// unsent output, more than fits under the memory ceiling (chargeOutput,
+// which brings their charge up to date). Its next command waits, and the
+// connection is not read, until some are sent: a client that pipelines
+// without end holds at most one command's reply past either bound.
+func (s *Server) heldFull(c *conn) bool {
+	if !c.heldPending() {
 		return false
 	}
-	switch op {
-	case codec.OpPut, codec.OpUse, codec.OpWatch, codec.OpIgnore, codec.OpListTubeUsed, codec.OpListTubesWatched:
-		return false
-	}
-	appended, acked, _ := c.cl.Durability()
-	return acked < appended
+	return c.held.cost >= int64(s.cfg.HighWater) || !s.chargeOutput(c)
+}
+
+// awaitRule is a command's row of awaitFor's table. awaitPuts is the zero
+// value, so a command awaitRules does not name waits: the safe side.
+type awaitRule uint8
+
+const (
+	awaitPuts    awaitRule = iota // c's unacked puts
+	awaitNothing                  // connection-local commands
+	awaitAll                      // all c's records
+)
+
+var awaitRules = [codec.NumOps]awaitRule{
+	codec.OpPut:              awaitNothing,
+	codec.OpUse:              awaitNothing,
+	codec.OpWatch:            awaitNothing,
+	codec.OpIgnore:           awaitNothing,
+	codec.OpListTubeUsed:     awaitNothing,
+	codec.OpListTubesWatched: awaitNothing,
+	codec.OpQuit:             awaitAll,
 }
 
 // chargeOutput brings the charge for c's unsent output (what gnet holds
@@ -346,10 +412,16 @@ func (s *Server) mustAwait(c *conn, st codec.Status, op codec.Op) bool {
 // throttled until they are sent. gnet's "output drained" OnTraffic brings
 // c back here, and the charge goes back. Connections whose output the
 // socket took at once, the common case, cost a look at gnet's counter.
+//
+// Replies held for the binlog (heldReplies) are unsent output too and are
+// charged with it.
 func (s *Server) chargeOutput(c *conn) bool {
 	n := 0
 	if !c.closed {
 		n = c.gc.OutboundBuffered()
+		if c.connExtra != nil {
+			n += int(c.held.cost)
+		}
 	}
 	if n == 0 && !c.holdsOutput() {
 		return true
@@ -413,7 +485,7 @@ func (s *Server) holdInput(c *conn, n int) {
 }
 
 // waits reports whether c's input waits: for its reserve, its binlog
-// records, or its output to drain.
+// records, room for its held replies, or its output to drain.
 func (c *conn) waits() bool { return c.parked || c.awaiting || c.throttled || c.heldPending() }
 
 // readBody copies p, the next part of the put body, and reports whether

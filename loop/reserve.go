@@ -33,7 +33,7 @@ func (a *acceptor) reserveShort(fd int) bool {
 	if !a.shedding {
 		a.shedding = true
 		a.s.log.Warn().Int("reserve", a.s.cfg.ReserveFDs).
-			Msg("near the open-file limit: closing new connections to keep descriptors for the binlog")
+			Msg("near the open-file limit: closing new connections to keep descriptors for the binlog or raft")
 	}
 	return true
 }

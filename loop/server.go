@@ -21,6 +21,7 @@ import (
 
 	"github.com/beanpole/beanpole/codec"
 	"github.com/beanpole/beanpole/engine"
+	"github.com/beanpole/beanpole/internal/share"
 	"github.com/panjf2000/gnet/v2"
 	"github.com/rs/zerolog"
 )
@@ -37,7 +38,8 @@ type Config struct {
 	HighWater int
 	// ReserveFDs: new connections are shed (accepted and closed at once)
 	// while fewer than this many descriptors would be left under the
-	// open-file limit, so the binlog can always open its files. 0: none.
+	// open-file limit, so the binlog (or raft) can always open its files.
+	// 0: none.
 	ReserveFDs int
 }
 
@@ -111,14 +113,17 @@ type Server struct {
 	stopping    atomic.Bool
 	acceptWG    sync.WaitGroup
 
-	// handshakes is how many TLS handshakes are in progress; tlsShed
-	// counts the TLS connections closed unstarted because maxHandshakes
-	// were, shedWarned is when that was last logged (see ServeTLS).
-	handshakes atomic.Int64
+	// handshakes are the TLS handshakes in progress; tlsShed counts the
+	// TLS connections closed unstarted, or cut short, because
+	// maxHandshakes were, shedWarned is when that was last logged (see
+	// ServeTLS).
+	handshakes share.Table
 	tlsShed    atomic.Uint64
 	shedWarned atomic.Int64
 	// tlsOpen is how many TLS connections the loops serve.
 	tlsOpen atomic.Int64
+	// idsOut: a put found every job id handed out (logged once).
+	idsOut atomic.Bool
 
 	throttled throttleSet
 
@@ -242,13 +247,23 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 // Stop stops accepting (every Serve returns), then stops the event loops
 // (pending replies get a best-effort flush); each wait is bounded
 // (waitAtMost).
-func (s *Server) Stop(ctx context.Context) {
+func (s *Server) Stop(ctx context.Context) { s.stop(ctx, true) }
+
+// StopKeepingListeners stops as Stop does, but leaves open the listeners
+// Serve and ServeTLS were given (it closes only its own duplicates of
+// them): a cluster node that loses the lead hands them back to its
+// forwarder.
+func (s *Server) StopKeepingListeners(ctx context.Context) { s.stop(ctx, false) }
+
+func (s *Server) stop(ctx context.Context, closeListeners bool) {
 	if s.stopping.Swap(true) {
 		return
 	}
 	s.mu.Lock()
 	for _, ln := range s.listeners {
-		_ = ln.Close()
+		if closeListeners {
+			_ = ln.Close()
+		}
 	}
 	for _, f := range s.acceptFiles {
 		_ = f.Close() // wakes its Serve

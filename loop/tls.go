@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/beanpole/beanpole/internal/share"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,8 +35,13 @@ import (
 // descriptor and a goroutine for up to TLSHandshakeTimeout, so clients
 // that connect and stall could otherwise take every descriptor, and the
 // plaintext listener, established TLS connections and the HTTP side with
-// them. A TLS connection accepted beyond the bound is closed at once,
-// counted (TLSHandshakesShed) and logged at most once a second.
+// them. The bound is shared among client addresses (package share): one
+// address may use it all while nobody else connects, but at the bound a
+// TLS connection from an address holding less than a quarter of it cuts
+// short the oldest handshake of the address holding the most, if that is
+// more than a quarter; otherwise the new connection is closed at once.
+// Either way one connection is shed: counted (TLSHandshakesShed) and
+// logged at most once a second.
 
 // TLSHandshakeTimeout is how long a TLS handshake may take.
 const TLSHandshakeTimeout = 10 * time.Second
@@ -45,17 +51,30 @@ const TLSHandshakeTimeout = 10 * time.Second
 // handshake with conf has succeeded.
 func (s *Server) ServeTLS(ln net.Listener, conf *tls.Config) error {
 	return s.serve(ln, func(fd int, local net.Addr) {
-		if limit := maxHandshakes(); s.handshakes.Add(1) > limit {
-			s.handshakes.Add(-1)
-			unix.Close(fd)
-			s.tlsShed.Add(1)
-			s.warnEvery(&s.shedWarned, func() {
-				s.log.Warn().Int64("handshakes", limit).Uint64("shed", s.tlsShed.Load()).
-					Msg("too many TLS handshakes in progress: closing new TLS connections at once")
-			})
+		remote := peerAddr(fd)
+		raw := &fileConn{File: os.NewFile(uintptr(fd), ""), local: local, remote: remote}
+		_ = raw.SetDeadline(time.Now().Add(TLSHandshakeTimeout))
+		// Cut short to make room for another client's: the handshake
+		// fails at once, as at its timeout.
+		cut := func() { _ = raw.SetDeadline(time.Now()) }
+		limit := maxHandshakes()
+		place, out := s.handshakes.Take(share.ClientOfAddr(remote), int(limit), cut)
+		if out == share.Refused {
+			_ = raw.Close()
+			s.shed(limit)
 			return
 		}
-		go s.handshake(fd, local, conf)
+		go s.handshake(raw, place, conf)
+	})
+}
+
+// shed counts and logs a TLS connection closed, or its handshake cut
+// short, because limit handshakes were in progress.
+func (s *Server) shed(limit int64) {
+	s.tlsShed.Add(1)
+	s.warnEvery(&s.shedWarned, func() {
+		s.log.Warn().Int64("handshakes", limit).Uint64("shed", s.tlsShed.Load()).
+			Msg("too many TLS handshakes in progress: closing new TLS connections at once, or the oldest handshakes of an address past its share")
 	})
 }
 
@@ -108,16 +127,20 @@ func peerAddr(fd int) net.Addr {
 	return nil
 }
 
-// handshake does the TLS handshake on fd and, if it succeeds, hands the
-// socket and its tls.Conn to a loop.
-func (s *Server) handshake(fd int, local net.Addr, conf *tls.Config) {
-	remote := peerAddr(fd)
-	raw := &fileConn{File: os.NewFile(uintptr(fd), ""), local: local, remote: remote}
+// handshake does the TLS handshake on raw, holding place among those in
+// progress, and, if it succeeds, hands the socket and its tls.Conn to a
+// loop.
+func (s *Server) handshake(raw *fileConn, place *share.Place, conf *tls.Config) {
+	local, remote := raw.local, raw.remote
 	pipe := &recordPipe{hs: raw}
-	_ = raw.SetDeadline(time.Now().Add(TLSHandshakeTimeout))
 	tc := tls.Server(pipe, conf)
 	err := tc.Handshake()
-	s.handshakes.Add(-1)
+	if held := s.handshakes.Release(place); err != nil && !held {
+		// Cut short for another client's (ServeTLS).
+		s.shed(maxHandshakes())
+		_ = raw.Close()
+		return
+	}
 	if err != nil {
 		s.tlsFailures.Add(1)
 		s.warnEvery(&s.tlsWarned, func() {

@@ -17,13 +17,25 @@ import (
 type TLSFiles struct {
 	Cert, Key string
 	ClientCA  string // "": clients need no certificate
-	cur       atomic.Pointer[tls.Config]
-	http      atomic.Pointer[tls.Config]
+	// Flags name the three files in errors: --tls-cert, --tls-key and
+	// --tls-client-ca, or the links' --cluster-* (LoadLinkTLS).
+	Flags [3]string
+	cur   atomic.Pointer[tls.Config]
+	http  atomic.Pointer[tls.Config]
 }
 
 // LoadTLS reads the files once; the error says which one is wrong.
 func LoadTLS(cert, key, clientCA string) (*TLSFiles, error) {
-	f := &TLSFiles{Cert: cert, Key: key, ClientCA: clientCA}
+	return loadTLS(&TLSFiles{Cert: cert, Key: key, ClientCA: clientCA, Flags: [3]string{"--tls-cert", "--tls-key", "--tls-client-ca"}})
+}
+
+// LoadLinkTLS reads the files of a cluster node's links (--cluster-cert,
+// --cluster-key, --cluster-ca) once.
+func LoadLinkTLS(cert, key, ca string) (*TLSFiles, error) {
+	return loadTLS(&TLSFiles{Cert: cert, Key: key, ClientCA: ca, Flags: [3]string{"--cluster-cert", "--cluster-key", "--cluster-ca"}})
+}
+
+func loadTLS(f *TLSFiles) (*TLSFiles, error) {
 	if err := f.Reload(); err != nil {
 		return nil, err
 	}
@@ -35,7 +47,7 @@ func LoadTLS(cert, key, clientCA string) (*TLSFiles, error) {
 func (f *TLSFiles) Reload() error {
 	pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)
 	if err != nil {
-		return fmt.Errorf("--tls-cert %s, --tls-key %s: %w", f.Cert, f.Key, err)
+		return fmt.Errorf("%s %s, %s %s: %w", f.Flags[0], f.Cert, f.Flags[1], f.Key, err)
 	}
 	// Full-sized records from the first byte: a queue's clients are
 	// rarely on links where a browser's small first records pay off, and
@@ -44,11 +56,11 @@ func (f *TLSFiles) Reload() error {
 	if f.ClientCA != "" {
 		pem, err := os.ReadFile(f.ClientCA)
 		if err != nil {
-			return fmt.Errorf("--tls-client-ca: %w", err)
+			return fmt.Errorf("%s: %w", f.Flags[2], err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("--tls-client-ca %s: %w", f.ClientCA, errors.New("no PEM certificate in it"))
+			return fmt.Errorf("%s %s: %w", f.Flags[2], f.ClientCA, errors.New("no PEM certificate in it"))
 		}
 		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}

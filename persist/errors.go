@@ -30,8 +30,29 @@ var (
 	// package record encodes, or a full record for job id 0.
 	ErrBadRecord = record.ErrBad
 
+	// ErrUnusable: Open took the directory's lock but could not import,
+	// read or prepare the binlog (an I/O error, say): the error wraps it
+	// and keeps its cause. Upstream exits with status 1 when it cannot
+	// replay its binlog.
+	ErrUnusable = errors.New("binlog: cannot be used")
+
 	// ErrFormat: the directory holds a segment this version cannot read
 	// (upstream beanstalkd's format, or a newer beanpole). Open refuses to
 	// start rather than silently ignore jobs.
 	ErrFormat = errors.New("binlog: unsupported segment format")
 )
+
+// unusable marks a failure of Open's after the lock: errors.Is(err,
+// ErrUnusable) holds, and so it does for its cause; the text is the
+// cause's.
+func unusable(err error) error {
+	if err == nil || errors.Is(err, ErrFormat) {
+		return err
+	}
+	return unusableError{err}
+}
+
+type unusableError struct{ err error }
+
+func (e unusableError) Error() string   { return e.err.Error() }
+func (e unusableError) Unwrap() []error { return []error{ErrUnusable, e.err} }

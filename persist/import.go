@@ -150,6 +150,22 @@ func PlanImport(dir string) (*ImportReport, error) {
 	return rep, nil
 }
 
+// UpstreamFiles are the paths of the binlog.N files in dir that an import
+// reads, in order: regular files (or links to them) that are not
+// beanpole's. What is not a regular file (a named pipe, a link that leads
+// nowhere) is left out, never opened.
+func UpstreamFiles(dir string) ([]string, error) {
+	files, err := classify(OSFS{}, dir)
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, seq := range files.foreign() {
+		paths = append(paths, join(dir, segName(seq)))
+	}
+	return paths, nil
+}
+
 // crashPoint stops the process at once, nothing cleaned up, as kill -9
 // would, just after the named step when BEANPOLE_IMPORT_CRASH_AFTER names
 // it. The import's crash tests use it; nothing else reads that variable.

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"syscall"
 
 	"github.com/beanpole/beanpole/persist/upstream"
 )
@@ -74,12 +75,12 @@ func classify(fsys FS, dir string) (binlogFiles, error) {
 		if !ok {
 			continue
 		}
-		st, err := os.Stat(join(dir, n))
+		what, err := oddKind(join(dir, n))
 		if err != nil {
 			return b, importErr(err)
 		}
-		if !st.Mode().IsRegular() {
-			b.odd = append(b.odd, oddFile{seq: seq, what: fileKind(st.Mode())})
+		if what != "" {
+			b.odd = append(b.odd, oddFile{seq: seq, what: what})
 			continue
 		}
 		head, err := readHead(fsys, join(dir, n))
@@ -103,6 +104,33 @@ func classify(fsys FS, dir string) (binlogFiles, error) {
 			ErrFormat, dir, segName(b.up[0]), b.ours)
 	}
 	return b, nil
+}
+
+// oddKind says what the file at path is when it is not a regular file, or
+// a symbolic link to one: "a named pipe (FIFO)", "a dangling symbolic
+// link (to "x")", "a looping symbolic link (to "y")", ...; "" for a
+// regular file. A link that leads nowhere
+// (to no file, or round in a loop) is the link's own fault and no error;
+// any other failure to look (permission, I/O) is returned.
+func oddKind(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err == nil {
+		if st.Mode().IsRegular() {
+			return "", nil
+		}
+		return fileKind(st.Mode()), nil
+	}
+	if lst, lerr := os.Lstat(path); lerr != nil || lst.Mode()&fs.ModeSymlink == 0 {
+		return "", err
+	}
+	to, _ := os.Readlink(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		return fmt.Sprintf("a dangling symbolic link (to %q)", to), nil
+	case errors.Is(err, syscall.ELOOP):
+		return fmt.Sprintf("a looping symbolic link (to %q)", to), nil
+	}
+	return "", err
 }
 
 // fileKind names the kind of a file that is not a regular one.

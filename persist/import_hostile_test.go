@@ -63,6 +63,54 @@ func TestImportSkipsFilesThatAreNotRegular(t *testing.T) {
 	}
 }
 
+// Beside beanpole's own log, a binlog.N that is not a regular file (a
+// named pipe, which opening would wait on forever, a dangling or looping
+// symbolic link) is never opened: recovery reports it, reads the rest,
+// leaves it where it is and never gives its number to a new segment.
+func TestRecoverySkipsFilesThatAreNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	l, _ := mustOpen(t, fastOpts(dir))
+	m := newModel(t, l)
+	id := m.mustPut("t", 1, 0, []byte("one\r\n"))
+	l.Close()
+	if err := syscall.Mkfifo(filepath.Join(dir, "binlog.5"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for n, to := range map[string]string{"binlog.6": "nowhere", "binlog.7": "binlog.7"} {
+		if err := os.Symlink(to, filepath.Join(dir, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rec *Recovered
+	within(t, time.Minute, "Open", func() { l, rec = mustOpen(t, fastOpts(dir)) })
+	defer l.Close()
+	var got []string
+	for _, p := range rec.Problems {
+		got = append(got, p.String())
+	}
+	want := []string{
+		"binlog.5 offset 0: not a regular file (a named pipe (FIFO): not read, and its number is not used again)",
+		`binlog.6 offset 0: not a regular file (a dangling symbolic link (to "nowhere"): not read, and its number is not used again)`,
+		`binlog.7 offset 0: not a regular file (a looping symbolic link (to "binlog.7"): not read, and its number is not used again)`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if len(rec.Jobs) != 1 || rec.Jobs[0].ID != id {
+		t.Fatalf("recovered %d jobs, want job %d", len(rec.Jobs), id)
+	}
+	m.adopt(l, rec)
+	m.mustPut("t", 1, 0, make([]byte, 8192)) // past a segment: a new one
+	for _, n := range []string{"binlog.5", "binlog.6", "binlog.7"} {
+		if st, err := os.Lstat(filepath.Join(dir, n)); err != nil || st.Mode().IsRegular() {
+			t.Errorf("%s was replaced or removed: %v", n, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "binlog.8")); err != nil {
+		t.Errorf("the next segment is not binlog.8: %v", err)
+	}
+}
+
 // A record naming the largest job id, and a header that does not match
 // the records, are refused by the import even when damage is accepted,
 // naming the file, the offset and the id, with nothing changed.
@@ -92,6 +140,38 @@ func TestImportRefusesWhatWouldReuseIDs(t *testing.T) {
 		}
 		if exists(filepath.Join(dir, importArchive)) || exists(filepath.Join(dir, importStaging)) || !exists(filepath.Join(dir, "binlog.1")) {
 			t.Errorf("%s: a refused import changed the directory", name)
+		}
+	}
+}
+
+// The report says how many ids are left when few are (fewer than 2^40),
+// and says nothing of it otherwise; the import carries the highest id
+// over, so the log hands out the next one.
+func TestImportReportsFewIDsLeft(t *testing.T) {
+	for _, c := range []struct {
+		top  uint64
+		want string
+	}{
+		{math.MaxUint64 - 2, "warning: only 2 job ids are left; once they are handed out, every put is answered INTERNAL_ERROR"},
+		{math.MaxUint64 - (1<<40 - 1), "warning: only 1099511627775 job ids are left"},
+		{math.MaxUint64 - 1<<40, ""},
+	} {
+		dir := t.TempDir()
+		writeFile(t, dir, "binlog.1", ut.File(7, 64, ut.Put(1, "t", "one\r\n"), ut.Put(c.top, "t", "top\r\n")))
+		rep, err := PlanImport(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rep.String(); c.want == "" && strings.Contains(got, "warning") || !strings.Contains(got, c.want) {
+			t.Errorf("top id %d: report\n%s\nwant %q", c.top, got, c.want)
+		}
+		l, rec, err := Open(Options{Dir: dir, SegmentSize: smallSegments}, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		if rec.MaxID != c.top {
+			t.Errorf("top id %d: Open recovered max id %d", c.top, rec.MaxID)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/beanpole/beanpole/persist/upstream"
+	"github.com/beanpole/beanpole/record"
 )
 
 // ImportReport says what an import of upstream beanstalkd's binlog carried
@@ -101,6 +102,9 @@ func (r *ImportReport) String() string {
 	}
 	fmt.Fprintf(&b, "%d jobs to carry over: %d ready, %d delayed, %d buried; ids up to %d, the next job gets %d\n",
 		r.Jobs, ready, delayed, buried, r.MaxID, r.MaxID+1)
+	if left, few := record.IDsLeft(r.MaxID); few {
+		fmt.Fprintf(&b, "warning: %s\n", record.FewIDsLeft(left))
+	}
 	for _, t := range r.Tubes {
 		fmt.Fprintf(&b, "  tube %q: %d ready, %d delayed, %d buried\n", t.Tube, t.Ready, t.Delayed, t.Buried)
 	}

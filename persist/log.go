@@ -104,13 +104,13 @@ func Open(opts Options, log zerolog.Logger) (*Log, *Recovered, error) {
 	imported, err := importUpstream(opts, log, false)
 	if err != nil {
 		lockF.Close()
-		return nil, nil, err
+		return nil, nil, unusable(err)
 	}
 	rec, err := l.recover()
 	if err != nil {
 		l.closeFiles()
 		lockF.Close()
-		return nil, nil, err
+		return nil, nil, unusable(err)
 	}
 	rec.Imported = imported
 	if maxSize < opts.SegmentSize {

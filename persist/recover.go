@@ -49,6 +49,10 @@ const (
 	BadSegment
 	// MissingRecords: a gap in the log sequence between two segments.
 	MissingRecords
+	// NotAFile: a binlog.N that is not a regular file (a named pipe, a
+	// directory, a dangling or looping symbolic link) was not read, and
+	// is left where it is; its number is not used again.
+	NotAFile
 )
 
 func (k ProblemKind) String() string {
@@ -63,6 +67,8 @@ func (k ProblemKind) String() string {
 		return "bad segment header"
 	case MissingRecords:
 		return "missing records"
+	case NotAFile:
+		return "not a regular file"
 	}
 	return fmt.Sprintf("problem(%d)", int(k))
 }
@@ -111,8 +117,19 @@ func (l *Log) recover() (*Recovered, error) {
 	rp := newReplay()
 	scans := make([]*segScan, 0, len(seqs))
 	var buf []byte
+	var odd []Problem
 	for _, seq := range seqs {
 		path := join(dir, segName(seq))
+		// Never opened: opening a named pipe waits for a writer.
+		what, err := oddKind(path)
+		if err != nil {
+			return nil, fmt.Errorf("binlog: %w", err)
+		}
+		if what != "" {
+			odd = append(odd, Problem{Kind: NotAFile, Segment: seq, Detail: what + ": not read, and its number is not used again"})
+			l.nextSeq = max(l.nextSeq, seq+1)
+			continue
+		}
 		if buf, err = readWhole(fsys, path, buf); err != nil {
 			return nil, fmt.Errorf("binlog: %w", err)
 		}
@@ -148,6 +165,9 @@ func (l *Log) recover() (*Recovered, error) {
 		ev.Uint64("segment", p.Segment).Int64("offset", p.Offset).Int64("bytes", p.Bytes).
 			Int("records_lost", p.Records).Interface("jobs", p.JobIDs).Str("detail", p.Detail).
 			Msg("binlog: " + p.Kind.String())
+	}
+	for _, p := range odd {
+		report(p)
 	}
 
 	bySeq := make(map[uint64]*segment)

@@ -56,6 +56,26 @@ func (k Kind) String() string {
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
+// fewIDs is how few ids left make IDsLeft say few: 2^40, twelve days of
+// a million puts a second.
+const fewIDs = 1 << 40
+
+// IDsLeft is how many job ids are left to hand out after maxID, the
+// highest used, and whether they are few enough to warn of: ids are never
+// reused, and once the largest (2^64-1) is out, puts are refused.
+func IDsLeft(maxID uint64) (left uint64, few bool) {
+	left = math.MaxUint64 - maxID
+	return left, left < fewIDs
+}
+
+// FewIDsLeft says that only left ids are left, for a warning.
+func FewIDsLeft(left uint64) string {
+	if left == 0 {
+		return "every job id has been handed out: every put is answered INTERNAL_ERROR (ids are never reused)"
+	}
+	return fmt.Sprintf("only %d job ids are left; once they are handed out, every put is answered INTERNAL_ERROR (ids are never reused)", left)
+}
+
 const (
 	countersSize  = 5 * 4
 	fullFixedSize = 1 + 8 + 4 + 1 + 8*4 + 8 + countersSize + 2 // 76

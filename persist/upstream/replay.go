@@ -150,9 +150,9 @@ func (rp *Replay) noteID(id uint64, where string, off int64) {
 }
 
 // lastIDError refuses a binlog naming the largest job id: no id can follow
-// it, so every job put after the import would get an id already used.
+// it, so no job could be put after the import.
 func lastIDError(at string) error {
-	return refusal(fmt.Sprintf("%s names job id %d, the largest there is: the jobs put after the import could only get ids already used."+
+	return refusal(fmt.Sprintf("%s names job id %d, the largest there is: no id would be left for a job put after the import."+
 		" beanstalkd never comes near that id: the binlog is damaged, or not beanstalkd's", at, uint64(math.MaxUint64)))
 }
 

@@ -5,14 +5,14 @@
 // page whose bodies need the token, fetches them with it.
 "use strict";
 
-const SPAN = 3600 * 1000; // the charts show the last hour
+const SPAN = 3600 * 1000; // the charts show at most the last hour
+const MIN_SPAN = 10 * 1000; // and at least 10 s, on a server just started
 const PERIOD = 2000;
 // samples: the server's history (/api/history) then this page's own
 // refreshes, oldest first, each {t, ready, reserved, delayed, buried,
 // connections, waiting, puts, reserves, deletes}; the counters are
 // cumulative.
 const samples = [];
-let last = null; // the latest /api/overview answer
 
 // fmtDur is the server's fmtDur: "42s", "2m50s", "1h5m".
 function fmtDur(s) {
@@ -29,7 +29,8 @@ function rate(now, prev, get) {
   return dt > 0 && d >= 0 ? d / dt : null;
 }
 
-function fmtRate(r) { return r === null ? "–" : r < 10 ? r.toFixed(1) : Math.round(r).toString(); }
+// fmtRate is the server's fmtRate.
+function fmtRate(r) { return r === null || r === undefined ? "–" : r < 10 ? r.toFixed(1) : Math.round(r).toString(); }
 
 // fmtNum: 950, 21k, 1.5M.
 function fmtNum(v) {
@@ -67,8 +68,6 @@ async function loadHistory() {
 }
 
 function render(o) {
-  const prev = last;
-  last = o;
   addSample(sampleOf(o));
   for (const el of document.querySelectorAll("[data-stat]")) {
     const v = o.server[el.dataset.stat];
@@ -79,7 +78,6 @@ function render(o) {
   const [older, newer] = samples.length < 2 ? [null, null] : samples.slice(-2).map(x => ({ time_ms: x.t, x }));
   document.getElementById("put-rate").textContent = fmtRate(newer && rate(newer, older, s => s.x.puts));
   document.getElementById("delete-rate").textContent = fmtRate(newer && rate(newer, older, s => s.x.deletes));
-  const before = new Map(prev ? prev.tubes.map(t => [t.name, t]) : []);
   const body = document.querySelector("#tubes tbody");
   body.replaceChildren(...o.tubes.map(t => {
     const tr = document.createElement("tr");
@@ -88,12 +86,11 @@ function render(o) {
     a.href = "/tube?name=" + encodeURIComponent(t.name);
     a.textContent = t.name;
     name.append(a);
-    const p = before.get(t.name);
-    const pair = p ? { time_ms: prev.time_ms, t: p } : null;
-    const tr8 = (get) => fmtRate(pair ? rate({ time_ms: o.time_ms, t }, pair, x => get(x.t)) : null);
+    // The tube's rates come with it (the server keeps the readings they
+    // are taken against), from the first answer on.
     tr.append(name, cell(t.ready), cell(t.delayed), cell(t.reserved), cell(t.buried), cell(t.waiting),
       cell(t.pause ? t.pause_time_left + "s left" : "no"), cell(t.ready ? fmtDur(t.oldest_ready_seconds) : "–"),
-      cell(tr8(x => x.total_jobs)), cell(tr8(x => x.cmd_delete)));
+      cell(fmtRate(t.puts_per_sec)), cell(fmtRate(t.deletes_per_sec)));
     return tr;
   }));
   document.getElementById("tube-count").textContent = `${o.tubes.length} of ${o.tubes_total}, most jobs first`;
@@ -126,9 +123,14 @@ function niceStep(top) {
 
 const pad2 = n => String(n).padStart(2, "0");
 
-// draw plots lines ([color, [[time, value]...]]) over the last hour, with
-// a time axis (a gridline every 10 minutes) and a value axis (4 or 5
-// gridlines). The canvas's data-samples is the most points a line has.
+// TICKS are the time axis's gridline spacings, in seconds.
+const TICKS = [5, 10, 15, 30, 60, 120, 300, 600, 900, 1800];
+
+// draw plots lines ([color, [[time, value]...]]) over the time the samples
+// span (at most the last hour: the server holds no more; less on a server
+// started since), with a time axis (at most 6 gridlines, on round times)
+// and a value axis (4 or 5 gridlines). The canvas's data-samples is the
+// most points a line has, data-span the seconds the time axis spans.
 function draw(id, lines) {
   const c = document.getElementById(id);
   if (!c) return;
@@ -139,8 +141,9 @@ function draw(id, lines) {
   const w = cw, h = ch, left = 44, right = 8, top0 = 8, bottom = 18;
   const pw = w - left - right, ph = h - top0 - bottom;
   g.clearRect(0, 0, w, h);
-  const end = samples.length ? samples[samples.length - 1].t : Date.now(), start = end - SPAN;
-  const x = t => left + pw * (t - start) / SPAN;
+  const end = samples.length ? samples[samples.length - 1].t : Date.now();
+  const span = Math.min(SPAN, Math.max(MIN_SPAN, samples.length ? end - samples[0].t : 0)), start = end - span;
+  const x = t => left + pw * (t - start) / span;
   const max = Math.max(0, ...lines.flatMap(([, v]) => v.map(p => p[1])));
   const step = max > 0 ? niceStep(max) : 1, top = Math.max(step, Math.ceil(max / step) * step);
   const y = v => top0 + ph - ph * v / top;
@@ -154,11 +157,11 @@ function draw(id, lines) {
     g.fillText(fmtNum(v), left - 4, y(v));
   }
   g.textAlign = "center"; g.textBaseline = "top";
-  const tick = 10 * 60 * 1000;
+  const tick = 1000 * (TICKS.find(s => span / (1000 * s) <= 6) || 1800);
   for (let t = Math.ceil(start / tick) * tick; t <= end; t += tick) {
     g.beginPath(); g.moveTo(Math.round(x(t)) + .5, top0); g.lineTo(Math.round(x(t)) + .5, top0 + ph); g.stroke();
     const d = new Date(t);
-    g.fillText(pad2(d.getHours()) + ":" + pad2(d.getMinutes()), x(t), top0 + ph + 4);
+    g.fillText(pad2(d.getHours()) + ":" + pad2(d.getMinutes()) + (tick < 60000 ? ":" + pad2(d.getSeconds()) : ""), x(t), top0 + ph + 4);
   }
   g.lineWidth = 1.5;
   for (const [color, v] of lines) {
@@ -168,6 +171,8 @@ function draw(id, lines) {
     g.stroke();
   }
   c.dataset.samples = Math.max(0, ...lines.map(([, v]) => v.length));
+  c.dataset.span = Math.round(span / 1000);
+  for (const el of document.querySelectorAll(".since")) el.textContent = fmtDur(span / 1000);
 }
 
 async function refresh() {
