@@ -192,10 +192,10 @@ func (tc *testCluster) transferTo(lead, to *clusterNode) {
 	}
 }
 
-// other is a node of the cluster that is not nd (the first such).
-func (tc *testCluster) other(nd *clusterNode) *clusterNode {
+// other is a node of the cluster that is none of not (the first such).
+func (tc *testCluster) other(not ...*clusterNode) *clusterNode {
 	for _, x := range tc.nodes {
-		if x != nd {
+		if !containsNode(not, x) {
 			return x
 		}
 	}

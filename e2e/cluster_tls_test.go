@@ -159,12 +159,7 @@ func TestClusterServesTLSClientsThroughAnyNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := tc.leader(lead)
-	var through *clusterNode // the node alive beside the new leader
-	for _, nd := range tc.nodes {
-		if nd != lead && nd != next {
-			through = nd
-		}
-	}
+	through := tc.other(lead, next) // the node alive beside the new leader
 	waitFor(t, 30*time.Second, "a put over TLS through "+through.id+" to reach "+next.id, func() bool {
 		got, _ := putTLS(tlsAddr[through], "after the failover", worker)
 		return strings.HasPrefix(got, "INSERTED ") && got != "INSERTED 1\r\n"

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -126,11 +125,7 @@ func (tc *testCluster) getCluster(nd *clusterNode, withToken bool) (int, string,
 		return 0, "", err
 	}
 	if withToken {
-		token, err := os.ReadFile(tc.token)
-		if err != nil {
-			return 0, "", err
-		}
-		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+		req.Header.Set("Authorization", "Bearer "+tc.secret())
 	}
 	resp, err := (&http.Client{Timeout: defaultTimeout}).Do(req)
 	if err != nil {
