@@ -28,6 +28,12 @@ type group struct {
 }
 
 func newGroup(t *testing.T, n int) *group {
+	return newGroupOver(t, n, 0, func(_ int, tr *raft.InmemTransport) raft.Transport { return tr })
+}
+
+// newGroupOver is newGroup with each node's transport wrapped by over, and
+// a heartbeat timeout of hb (0: the default).
+func newGroupOver(t *testing.T, n int, hb time.Duration, over func(i int, tr *raft.InmemTransport) raft.Transport) *group {
 	g := &group{t: t}
 	var members []Member
 	addrs := make([]raft.ServerAddress, n)
@@ -44,8 +50,8 @@ func newGroup(t *testing.T, n int) *group {
 		}
 	}
 	for i := range n {
-		nd, err := Open(Config{ID: members[i].ID, Dir: t.TempDir(), Bootstrap: members, Transport: g.trans[i],
-			Log: zerolog.Nop()})
+		nd, err := Open(Config{ID: members[i].ID, Dir: t.TempDir(), Bootstrap: members, Transport: over(i, g.trans[i]),
+			HeartbeatTimeout: hb, ElectionTimeout: hb, Log: zerolog.Nop()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -85,8 +85,16 @@ type Node struct {
 	m       *metrics
 	// Fresh: the directory held no state when the node opened.
 	Fresh bool
-	// confirmed is when the last round that confirmed the lead started.
-	confirmed atomic.Pointer[time.Time]
+	// fenced times the RPCs whose answers confirm the lead (fence.go).
+	fenced *fencedTransport
+	// confirmed is when (boottime) the last round that confirmed the lead
+	// started; 0 before the first.
+	confirmed atomic.Int64
+	// fenceAfter: a round must have started after this (boottime) to
+	// confirm the lead: set when a transfer of the lead starts and when
+	// one fails, so a failed transfer leaves the node fenced until a new
+	// round confirms it.
+	fenceAfter atomic.Int64
 	// leadTerm is the term AwaitLeadership found this node leading in.
 	leadTerm atomic.Uint64
 	// handingOver: a transfer of the lead has started (TransferLeader).
@@ -141,6 +149,7 @@ func Open(cfg Config) (*Node, error) {
 		m.linksRefused = links.refused.Load
 		trans = raft.NewNetworkTransportWithLogger(links, 3, 10*time.Second, logger)
 	}
+	fenced := newFencedTransport(trans)
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
 	rc.Logger = logger
@@ -167,7 +176,7 @@ func Open(cfg Config) (*Node, error) {
 		for _, m := range cfg.Bootstrap {
 			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.Raft)})
 		}
-		if err := raft.BootstrapCluster(rc, w, w, snaps, trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, w, w, snaps, fenced, conf); err != nil {
 			w.Close()
 			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
 		}
@@ -179,13 +188,19 @@ func Open(cfg Config) (*Node, error) {
 		w.Close()
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	r, err := raft.NewRaft(rc, fsm, logs, w, snaps, trans)
+	if has {
+		// A node that restarts does not vote for a lease: the lead it
+		// confirmed before it died may still be in force, and a vote now
+		// could elect a second leader inside that lease.
+		time.Sleep(leaseOf(cfg.HeartbeatTimeout))
+	}
+	r, err := raft.NewRaft(rc, fsm, logs, w, snaps, fenced)
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	rp.Store(r)
-	nd := &Node{Raft: r, FSM: fsm, cfg: cfg, wal: w, trans: trans, links: links, leading: leading, Fresh: !has, m: m}
+	nd := &Node{Raft: r, FSM: fsm, cfg: cfg, wal: w, trans: fenced, fenced: fenced, links: links, leading: leading, Fresh: !has, m: m}
 	nd.watchLeader()
 	return nd, nil
 }
@@ -239,7 +254,7 @@ func (n *Node) ReverifyLinks() int {
 // the engine and the state to load it from. A node deposed before then
 // has served nothing, so it goes back to waiting rather than failing.
 func (n *Node) AwaitLeadership(ctx context.Context) (*Journal, error) {
-	var start time.Time
+	var start int64
 	for {
 		for n.Raft.State() != raft.Leader {
 			select {
@@ -251,8 +266,7 @@ func (n *Node) AwaitLeadership(ctx context.Context) (*Journal, error) {
 		term := n.Raft.CurrentTerm()
 		err := n.Raft.Barrier(0).Error()
 		if err == nil {
-			start = time.Now()
-			if err = n.Raft.VerifyLeader().Error(); err == nil {
+			if start, err = n.confirmRound(); err == nil {
 				if n.Raft.CurrentTerm() == term {
 					n.leadTerm.Store(term)
 					break
@@ -265,41 +279,77 @@ func (n *Node) AwaitLeadership(ctx context.Context) (*Journal, error) {
 			return nil, fmt.Errorf("cluster: taking the lead: %w", err)
 		}
 	}
-	n.confirmed.Store(&start)
 	n.handingOver.Store(false)
-	go n.confirmLead()
+	n.confirmed.Store(start)
+	go n.confirmLead(n.leadTerm.Load())
 	jl := newJournal(n.Raft, n.m.apply)
 	lent := jl.Lent
 	n.FSM.lent.Store(&lent)
 	return jl, nil
 }
 
-// confirmLead asks a majority, over and over, whether this node still
-// leads (raft's VerifyLeader: one heartbeat round), and records when the
-// last confirmed round started. It stops once a round fails.
-func (n *Node) confirmLead() {
+// confirmRound asks a majority whether this node still leads (raft's
+// VerifyLeader: one heartbeat round) until the answers of a majority are to
+// RPCs sent after the round began, and returns when (boottime) that round
+// began. It fails once raft says the node no longer leads.
+func (n *Node) confirmRound() (int64, error) {
 	for {
-		start := time.Now()
-		if n.Raft.VerifyLeader().Error() != nil {
-			return
+		start := boottime()
+		if err := n.Raft.VerifyLeader().Error(); err != nil {
+			return 0, err
 		}
-		n.confirmed.Store(&start)
+		if n.heardSince(start) {
+			return start, nil
+		}
+	}
+}
+
+// heardSince reports whether a majority of the group's voters answered
+// RPCs this node sent at since or later.
+func (n *Node) heardSince(since int64) bool {
+	var voters []raft.ServerID
+	for _, s := range n.Raft.GetConfiguration().Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			voters = append(voters, s.ID)
+		}
+	}
+	return n.fenced.ackedSince(raft.ServerID(n.cfg.ID), voters, since)
+}
+
+// confirmLead confirms the lead of term over and over, and records when
+// the last confirmed round started (a round that started before fenceAfter
+// does not count). It stops once the node no longer leads in term.
+func (n *Node) confirmLead(term uint64) {
+	for n.Raft.State() == raft.Leader && n.Raft.CurrentTerm() == term {
+		start := boottime()
+		if n.Raft.VerifyLeader().Error() == nil && n.heardSince(start) && start > n.fenceAfter.Load() {
+			n.confirmed.Store(start)
+		}
 		time.Sleep(n.cfg.HeartbeatTimeout / 10)
 	}
 }
 
+// leaseOf is how long a confirmed round lets a leader answer: shorter than
+// the heartbeat timeout after which a follower may start an election (and
+// raft waits at least that long).
+func leaseOf(heartbeat time.Duration) time.Duration { return heartbeat * 3 / 4 }
+
 // Leads reports whether a majority confirmed this node's lead in a round
-// that started less than a lease ago. The lease is shorter than the
-// heartbeat timeout after which a follower may start an election (and
-// raft waits at least that long), so while it holds no other node can
-// lead; a process stopped (SIGSTOP) or starved past it answers false when
-// it resumes, before raft itself has noticed.
+// that started less than a lease ago (leaseOf), by RPCs sent after the
+// round began (fence.go), and raft still has it lead in the term it took
+// the lead in. While it holds no other node can lead; a process stopped
+// (SIGSTOP), starved or suspended past it answers false when it resumes,
+// before raft itself has noticed. The clock is CLOCK_BOOTTIME, which runs
+// on through a host's suspend.
 func (n *Node) Leads() bool {
 	if n.handingOver.Load() {
 		return false
 	}
 	t := n.confirmed.Load()
-	return t != nil && time.Since(*t) < n.cfg.HeartbeatTimeout*3/4
+	if t == 0 || t <= n.fenceAfter.Load() || boottime()-t >= int64(leaseOf(n.cfg.HeartbeatTimeout)) {
+		return false
+	}
+	return n.Raft.State() == raft.Leader && n.Raft.CurrentTerm() == n.leadTerm.Load()
 }
 
 // Announce tells every node where this leader's clients connect, in
@@ -351,9 +401,22 @@ func (n *Node) StepDown(jl *Journal) {
 	jl.Close()
 }
 
-// Close leaves raft running no more and closes the stores.
+// closeWait bounds Close's wait for raft to stop.
+const closeWait = 5 * time.Second
+
+// Close leaves raft running no more and closes the stores. raft's stop
+// waits for every goroutine of its own, one of which may be writing to a
+// peer that does not answer; past closeWait, Close gives up and leaves the
+// stores open (raft may still write them) for the process's exit to end.
 func (n *Node) Close() error {
-	err := n.Raft.Shutdown().Error()
+	done := make(chan error, 1)
+	go func() { done <- n.Raft.Shutdown().Error() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(closeWait):
+		return fmt.Errorf("cluster: raft did not stop within %v", closeWait)
+	}
 	if c, ok := n.trans.(io.Closer); ok {
 		_ = c.Close()
 	}

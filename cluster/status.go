@@ -131,6 +131,7 @@ func (n *Node) TransferLeader(id string) error {
 			return fmt.Errorf("no member has id %q", id)
 		}
 	}
+	n.fenceAfter.Store(boottime())
 	n.handingOver.Store(true)
 	var err error
 	if target == nil {
@@ -139,6 +140,9 @@ func (n *Node) TransferLeader(id string) error {
 		err = n.Raft.LeadershipTransferToServer(target.ID, target.Address).Error()
 	}
 	if err != nil {
+		// The transfer may have got as far as telling the target to
+		// campaign: only a round that starts from now confirms the lead.
+		n.fenceAfter.Store(boottime())
 		n.handingOver.Store(false)
 	}
 	return err

@@ -10,9 +10,11 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"golang.org/x/sys/unix"
 )
 
 // The raft port's bounds against peers that are not nodes:
@@ -116,6 +118,7 @@ func (l *linkLayer) acceptLoop() {
 			continue
 		}
 		l.greeting.Add(1)
+		tuneLink(c)
 		go l.greet(c)
 	}
 }
@@ -180,7 +183,9 @@ func (l *linkLayer) Close() error {
 // Dial opens a link to a peer; with TLS the handshake checks that the peer
 // is a node (verifyNode) with the certificate for the host it dialled.
 func (l *linkLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	d := &net.Dialer{Timeout: timeout, KeepAlive: 15 * time.Second}
+	d := &net.Dialer{Timeout: timeout, KeepAliveConfig: linkKeepAlive, Control: func(_, _ string, rc syscall.RawConn) error {
+		return userTimeout(rc)
+	}}
 	if l.tls == nil {
 		c, err := d.Dial("tcp", string(addr))
 		if err != nil {
@@ -285,6 +290,38 @@ func verifyNode(certs []*x509.Certificate, members []string) error {
 		}
 	}
 	return fmt.Errorf("cluster: %q names no member of the group", leaf.Subject.CommonName)
+}
+
+// A link to a peer whose host vanished (no FIN, no RST: a partition, a
+// power cut) fails within linkDead instead of blocking raft on it for the
+// kernel's minutes: unacknowledged data past TCP_USER_TIMEOUT, and an idle
+// link past keepalive's probes. A deposed leader's replication, and a
+// stop's wait for raft, are bounded by it.
+const linkDead = 5 * time.Second
+
+var linkKeepAlive = net.KeepAliveConfig{Enable: true, Idle: time.Second, Interval: time.Second, Count: 4}
+
+// tuneLink sets an accepted link's keepalive and TCP_USER_TIMEOUT.
+func tuneLink(c net.Conn) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	_ = tc.SetKeepAliveConfig(linkKeepAlive)
+	if rc, err := tc.SyscallConn(); err == nil {
+		_ = userTimeout(rc)
+	}
+}
+
+func userTimeout(rc syscall.RawConn) error {
+	var serr error
+	err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(linkDead/time.Millisecond))
+	})
+	if err != nil {
+		return err
+	}
+	return serr
 }
 
 // NodeTLS is the configuration of mutual TLS between nodes: cert is this

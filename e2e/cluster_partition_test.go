@@ -7,7 +7,11 @@ package e2e
 // tests), while j binds its real --raft address. Blocking a proxy closes
 // its connections and refuses new ones, so the link is cut in that
 // direction: the RPCs i sends j fail (the replies to RPCs j sends i travel
-// on j's own connections, through the proxy j→i).
+// on j's own connections, through the proxy j→i). Dropping leaves the
+// connections open and passes nothing either way, as a network that
+// loses every packet does: no FIN, no RST, nothing. Holding passes i's
+// RPCs to j but keeps j's answers until they are released, as a paused
+// i leaves them unread.
 
 import (
 	"fmt"
@@ -15,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -22,7 +27,9 @@ import (
 type linkProxy struct {
 	ln      net.Listener
 	target  string
-	delay   atomic.Int64 // ns each chunk waits before it is passed on
+	delay   atomic.Int64                  // ns each chunk waits before it is passed on
+	drop    atomic.Bool                   // pass nothing, close nothing
+	hold    atomic.Pointer[chan struct{}] // answers wait until it is closed
 	mu      sync.Mutex
 	blocked bool
 	conns   map[net.Conn]bool
@@ -76,8 +83,8 @@ func (p *linkProxy) join(c net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	go func() { p.copy(up, c); done <- struct{}{} }()
-	go func() { p.copy(c, up); done <- struct{}{} }()
+	go func() { p.copy(up, c, false); done <- struct{}{} }()
+	go func() { p.copy(c, up, true); done <- struct{}{} }()
 	<-done
 	c.Close()
 	up.Close()
@@ -88,14 +95,18 @@ func (p *linkProxy) join(c net.Conn) {
 	p.mu.Unlock()
 }
 
-// copy passes src on to dst, each chunk after the link's delay.
-func (p *linkProxy) copy(dst, src net.Conn) {
+// copy passes src on to dst, each chunk after the link's delay; answers
+// (the direction back to the dialling node) wait while they are held.
+func (p *linkProxy) copy(dst, src net.Conn, answers bool) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 {
+		if n > 0 && !p.drop.Load() {
 			if d := p.delay.Load(); d > 0 {
 				time.Sleep(time.Duration(d))
+			}
+			if h := p.hold.Load(); answers && h != nil {
+				<-*h
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
@@ -173,6 +184,36 @@ func (pt *partitions) slow(i int, d time.Duration) {
 	}
 }
 
+// drop makes node i's links, both ways, pass nothing while they stay
+// open, as a host whose network vanished without a word.
+func (pt *partitions) drop(i int) {
+	for j := range pt.links {
+		if i != j {
+			pt.links[i][j].drop.Store(true)
+			pt.links[j][i].drop.Store(true)
+		}
+	}
+}
+
+// holdAnswers keeps the answers to the RPCs node i sends until release is
+// called.
+func (pt *partitions) holdAnswers(i int) (release func()) {
+	gate := make(chan struct{})
+	for j := range pt.links {
+		if i != j {
+			pt.links[i][j].hold.Store(&gate)
+		}
+	}
+	return func() {
+		for j := range pt.links {
+			if i != j {
+				pt.links[i][j].hold.Store(nil)
+			}
+		}
+		close(gate)
+	}
+}
+
 // heal restores every link and takes every delay away.
 func (pt *partitions) heal() {
 	for i := range pt.links {
@@ -180,6 +221,7 @@ func (pt *partitions) heal() {
 			if i != j {
 				pt.links[i][j].setBlocked(false)
 				pt.links[i][j].delay.Store(0)
+				pt.links[i][j].drop.Store(false)
 			}
 		}
 	}
@@ -219,4 +261,36 @@ func TestClusterIsolatedLeaderStopsAnsweringAndAMajorityGoesOn(t *testing.T) {
 		st := tc.status(lead)
 		return st.State == "follower" && st.Leader == next.id
 	})
+}
+
+// A leader paused (SIGSTOP) while the answers to its last RPCs wait for it
+// reads them first when it resumes: they are from before the pause, and
+// must not renew its lease while another node leads and has handed its
+// job to another worker. Each round: a job put, the leader's answers held
+// and the leader stopped, the job reserved through the new leader, then a
+// reserve already waiting on the old leader's connection, the answers
+// released and the old leader resumed: that reserve must not be answered
+// with the job.
+func TestClusterPausedLeaderNeverHandsOutAJobTheNewLeaderHandedOut(t *testing.T) {
+	tc, pt := startPartitionableCluster(t, 3)
+	for round := range 3 {
+		lead := tc.leader()
+		body := fmt.Sprintf("round %d", round)
+		id, _ := putUntilInserted(t, lead.srv.addr, body, 30*time.Second)
+		w1 := lead.srv.dial(t)
+		release := pt.holdAnswers(tc.index(lead))
+		lead.srv.signal(t, syscall.SIGSTOP)
+		next := tc.leader(lead)
+		w2 := next.srv.dial(t)
+		mustSend(t, w2, fmt.Sprintf("reserve-job %d\r\n", id))
+		expect(t, w2, fmt.Sprintf("RESERVED %d %d\r\n%s\r\n", id, len(body), body))
+		mustSend(t, w1, fmt.Sprintf("reserve-job %d\r\n", id))
+		release()
+		lead.srv.signal(t, syscall.SIGCONT)
+		expectClosed(t, w1) // unanswered: not RESERVED, which another worker holds
+		waitFor(t, 30*time.Second, lead.id+" to follow", func() bool { return !leads(lead.srv.out.String()) })
+		mustSend(t, w2, fmt.Sprintf("delete %d\r\n", id))
+		expect(t, w2, "DELETED\r\n")
+		w2.nc.Close()
+	}
 }

@@ -28,6 +28,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -281,12 +282,19 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 		}
 	}
 	faults := map[string]int{}
+	var downtimes []time.Duration
 	end := time.Now().Add(dur)
 	for time.Now().Before(end) {
 		time.Sleep(time.Duration(800+rand.IntN(1200)) * time.Millisecond)
 		lead := tc.leader()
 		follower := tc.other(lead)
-		switch rand.IntN(7) {
+		// Availability: from the fault's start, puts through a node on
+		// the majority's side (one the fault does not touch) must be
+		// acknowledged again within availWithin.
+		third := tc.other(lead, follower)
+		avail := make(chan time.Duration, 1)
+		go func() { avail <- putAgain(third.srv.addr) }()
+		switch rand.IntN(9) {
 		case 0:
 			lead.srv.stop()
 			faults["kill -9 the leader"]++
@@ -318,6 +326,21 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 			time.Sleep(time.Duration(1000+rand.IntN(1500)) * time.Millisecond)
 			pt.heal()
 			faults["delay the leader's links"]++
+		case 7:
+			pt.drop(tc.index(lead))
+			time.Sleep(time.Duration(1500+rand.IntN(1500)) * time.Millisecond)
+			pt.heal()
+			faults["drop the leader's packets (links left open)"]++
+		case 8:
+			pt.drop(tc.index(follower))
+			time.Sleep(time.Duration(1500+rand.IntN(1500)) * time.Millisecond)
+			pt.heal()
+			faults["drop a follower's packets (links left open)"]++
+		}
+		d := <-avail
+		downtimes = append(downtimes, d)
+		if d > availWithin() {
+			h.fail("a put through %s was acknowledged %v after a fault began, want within %v", third.id, d.Round(time.Millisecond), availWithin())
 		}
 		time.Sleep(time.Duration(300+rand.IntN(700)) * time.Millisecond)
 		noneExitedOfItself(t, tc)
@@ -328,6 +351,11 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 	restart()
 	lead := tc.leader()
 	t.Logf("faults %v; %d puts and %d deletes acknowledged", faults, h.puts, h.del)
+	slices.Sort(downtimes)
+	if n := len(downtimes); n > 0 {
+		t.Logf("from a fault's start to a put acknowledged through an untouched node: p50 %v, p99 %v, max %v over %d faults",
+			downtimes[n/2].Round(time.Millisecond), downtimes[(n*99)/100].Round(time.Millisecond), downtimes[n-1].Round(time.Millisecond), n)
+	}
 
 	// Drain through the leader: every acknowledged put whose delete was
 	// never sent must be there.
@@ -380,6 +408,30 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 	for _, f := range h.failures {
 		t.Error(f)
 	}
+}
+
+// availWithin is how soon after a single fault puts through the majority's
+// side must be acknowledged again: 5 s, or 15 s for a race-built server,
+// which runs several times slower.
+func availWithin() time.Duration {
+	if target.race {
+		return 15 * time.Second
+	}
+	return 5 * time.Second
+}
+
+// putAgain puts through addr, in a tube of its own that the workers do
+// not watch, until a put is acknowledged and returns how long that took (a
+// minute at most).
+func putAgain(addr string) time.Duration {
+	start := time.Now()
+	for time.Since(start) < time.Minute {
+		if strings.HasPrefix(try(addr, "use avail\r\nput 0 0 60 5\r\navail\r\n", 5*time.Second), "USING avail\r\nINSERTED ") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
 }
 
 // noneExitedOfItself fails the test when a node ended other than by the

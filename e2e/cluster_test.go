@@ -192,10 +192,10 @@ func (tc *testCluster) transferTo(lead, to *clusterNode) {
 	}
 }
 
-// other is a node of the cluster that is none of not (the first such).
-func (tc *testCluster) other(not ...*clusterNode) *clusterNode {
+// other is a node of the cluster that is none of nds (the first such).
+func (tc *testCluster) other(nds ...*clusterNode) *clusterNode {
 	for _, x := range tc.nodes {
-		if !containsNode(not, x) {
+		if !containsNode(nds, x) {
 			return x
 		}
 	}
