@@ -28,12 +28,7 @@ func TestClusterFollowerKeepsDescriptorsForRaft(t *testing.T) {
 	tc := startTestCluster(t, 3)
 	lead := tc.leader()
 	flooded := tc.other(lead)
-	var peer *clusterNode
-	for _, nd := range tc.nodes {
-		if nd != lead && nd != flooded {
-			peer = nd
-		}
-	}
+	peer := tc.other(lead, flooded)
 	const nofile = 256
 	// Free for raft whoever connects: half of the 128 descriptors kept
 	// back (docs/limits.md).

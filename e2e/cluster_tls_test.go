@@ -18,12 +18,20 @@ import (
 // node for the links between nodes.
 func nodeTLSArgs(t *testing.T, ca *testCA, dir, name string) []string {
 	t.Helper()
+	cert, key, caFile := nodeTLSFiles(t, ca, dir, name)
+	return []string{"--tls-cert", cert, "--tls-key", key, "--tls-client-ca", caFile}
+}
+
+// nodeTLSFiles writes a node certificate that ca signs, its key and the
+// CA's certificate under dir and returns their paths.
+func nodeTLSFiles(t *testing.T, ca *testCA, dir, name string) (cert, key, caFile string) {
+	t.Helper()
 	certPEM, keyPEM, _ := ca.issue(t, name, nodeCert)
-	cert, key, caFile := filepath.Join(dir, name+".pem"), filepath.Join(dir, name+".key"), filepath.Join(dir, "ca.pem")
+	cert, key, caFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+".key"), filepath.Join(dir, "ca.pem")
 	writeFile(t, cert, certPEM)
 	writeFile(t, key, keyPEM)
 	writeFile(t, caFile, ca.pem)
-	return []string{"--tls-cert", cert, "--tls-key", key, "--tls-client-ca", caFile}
+	return cert, key, caFile
 }
 
 // plainHTTP is nodeTLSArgs with --http-plain: the links between nodes over
@@ -159,12 +167,7 @@ func TestClusterServesTLSClientsThroughAnyNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := tc.leader(lead)
-	var through *clusterNode // the node alive beside the new leader
-	for _, nd := range tc.nodes {
-		if nd != lead && nd != next {
-			through = nd
-		}
-	}
+	through := tc.other(lead, next) // the node alive beside the new leader
 	waitFor(t, 30*time.Second, "a put over TLS through "+through.id+" to reach "+next.id, func() bool {
 		got, _ := putTLS(tlsAddr[through], "after the failover", worker)
 		return strings.HasPrefix(got, "INSERTED ") && got != "INSERTED 1\r\n"

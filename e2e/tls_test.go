@@ -76,13 +76,15 @@ func (ca *testCA) pool() *x509.CertPool {
 // issue makes a leaf for 127.0.0.1 (server) or a client, returning its
 // certificate and key in PEM and as a tls.Certificate.
 // certUse is what a certificate is for: a server's (for 127.0.0.1), a
-// client's, or a cluster node's (both, for 127.0.0.1).
+// client's, a cluster node's (both, for 127.0.0.1), or both for another
+// host (elsewhere.invalid, not 127.0.0.1).
 type certUse int
 
 const (
 	serverCert certUse = iota
 	clientCert
 	nodeCert
+	elsewhereCert
 )
 
 func (ca *testCA) issue(t *testing.T, name string, use certUse) (certPEM, keyPEM []byte, pair tls.Certificate) {
@@ -105,6 +107,9 @@ func (ca *testCA) issue(t *testing.T, name string, use certUse) (certPEM, keyPEM
 		tmpl.ExtKeyUsage, tmpl.IPAddresses = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil
 	case nodeCert:
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	case elsewhereCert:
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+		tmpl.IPAddresses, tmpl.DNSNames = nil, []string{"elsewhere.invalid"}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
