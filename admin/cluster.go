@@ -15,6 +15,9 @@ type Cluster interface {
 	// Status is the node's view of the group, encoded as JSON: for
 	// whoever has the token.
 	Status() any
+	// Overview is Status without the members' addresses: what the
+	// dashboard shows without the token.
+	Overview() any
 	// Summary is what anyone may see: whether the node leads, follows or
 	// looks for a leader, and whether it knows one.
 	Summary() any

@@ -214,7 +214,7 @@ func (d *dashboard) snapshot(src *sources, tubes int, now time.Time) overviewDat
 			"disk_bytes": bs.DiskBytes, "fsyncs": bs.Fsyncs, "bytes_written": bs.BytesWritten}
 	}
 	if c := d.s.cluster.Load(); c != nil {
-		o.Cluster = (*c).Status()
+		o.Cluster = (*c).Overview()
 	}
 	names := src.stats.TubeNames(nil)
 	o.TubesTotal = len(names)

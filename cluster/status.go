@@ -57,6 +57,17 @@ func (n *Node) Status() any {
 	return s
 }
 
+// Overview is the node's view of the group as the dashboard shows it to
+// anyone who reaches --http: Status without the members' raft and client
+// addresses, which GET /cluster keeps for the token.
+func (n *Node) Overview() any {
+	st := n.Status().(Status)
+	for i := range st.Members {
+		st.Members[i].Raft, st.Members[i].Client = "", ""
+	}
+	return st
+}
+
 // Summary is the node's health for whoever asks without the token: its
 // state and whether it knows a leader, nothing an attacker could aim with.
 type Summary struct {
