@@ -378,17 +378,12 @@ func (r *reloader) start() {
 	}()
 }
 
-var reloaded = map[bool]string{
-	false: "SIGHUP: the TLS certificate, key and client CA were reloaded",
-	true:  "SIGHUP: the links' certificate, key and CA (--cluster-*) were reloaded",
-}
-
 func (r *reloader) reload() {
 	for _, f := range r.files {
 		if err := f.Reload(); err != nil {
 			r.log.Error().Err(err).Msg("SIGHUP: the TLS files were not reloaded; the ones loaded before stay in use")
 		} else {
-			r.log.Info().Msg(reloaded[f.Flags[0] == "--cluster-cert"])
+			r.log.Info().Msg("SIGHUP: " + f.What + " were reloaded")
 		}
 	}
 	if n := r.node.Load(); n != nil {

@@ -129,6 +129,17 @@ func (ca *testCA) leaf(t *testing.T, name string, ip string, uses ...x509.ExtKey
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
+// serveEach runs serve on each connection ln accepts, then closes it.
+func serveEach(ln net.Listener, serve func(net.Conn)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() { serve(c); c.Close() }()
+	}
+}
+
 // refused reports whether the raft port at addr refuses a peer presenting
 // certs: the handshake fails, or (TLS 1.3) the first read does; a peer
 // let in is held open (the read times out).
@@ -156,15 +167,7 @@ func TestRaftPortTakesOnlyNodeCertificatesNamingAMember(t *testing.T) {
 	cfg.Store(NodeTLS(ca.node(t, "n1"), ca.pool))
 	l := newLinkLayer(ln, cfg.Load, func() []string { return []string{"127.0.0.1"} }, linkGreeting)
 	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
+	go serveEach(l, func(c net.Conn) { io.Copy(io.Discard, c) })
 	addr := ln.Addr().String()
 	for name, cert := range map[string]tls.Certificate{
 		"a worker's (clientAuth alone)":    ca.leaf(t, "worker", "127.0.0.1", x509.ExtKeyUsageClientAuth),
@@ -185,15 +188,7 @@ func TestRaftPortTakesOnlyNodeCertificatesNamingAMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sln.Close()
-	go func() {
-		for {
-			c, err := sln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { c.(*tls.Conn).Handshake(); c.Close() }()
-		}
-	}()
+	go serveEach(sln, func(c net.Conn) { c.(*tls.Conn).Handshake() })
 	if c, err := l.Dial(raft.ServerAddress(sln.Addr().String()), 5*time.Second); err == nil {
 		c.Close()
 		t.Fatal("a node dialled a peer whose certificate is not a node's")

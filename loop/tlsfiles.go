@@ -18,21 +18,25 @@ type TLSFiles struct {
 	Cert, Key string
 	ClientCA  string // "": clients need no certificate
 	// Flags name the three files in errors: --tls-cert, --tls-key and
-	// --tls-client-ca, or the links' --cluster-* (LoadLinkTLS).
+	// --tls-client-ca, or the links' --cluster-* (LoadLinkTLS); What names
+	// them together in the log.
 	Flags [3]string
+	What  string
 	cur   atomic.Pointer[tls.Config]
 	http  atomic.Pointer[tls.Config]
 }
 
 // LoadTLS reads the files once; the error says which one is wrong.
 func LoadTLS(cert, key, clientCA string) (*TLSFiles, error) {
-	return loadTLS(&TLSFiles{Cert: cert, Key: key, ClientCA: clientCA, Flags: [3]string{"--tls-cert", "--tls-key", "--tls-client-ca"}})
+	return loadTLS(&TLSFiles{Cert: cert, Key: key, ClientCA: clientCA, Flags: [3]string{"--tls-cert", "--tls-key", "--tls-client-ca"},
+		What: "the TLS certificate, key and client CA"})
 }
 
 // LoadLinkTLS reads the files of a cluster node's links (--cluster-cert,
 // --cluster-key, --cluster-ca) once.
 func LoadLinkTLS(cert, key, ca string) (*TLSFiles, error) {
-	return loadTLS(&TLSFiles{Cert: cert, Key: key, ClientCA: ca, Flags: [3]string{"--cluster-cert", "--cluster-key", "--cluster-ca"}})
+	return loadTLS(&TLSFiles{Cert: cert, Key: key, ClientCA: ca, Flags: [3]string{"--cluster-cert", "--cluster-key", "--cluster-ca"},
+		What: "the links' certificate, key and CA (--cluster-*)"})
 }
 
 func loadTLS(f *TLSFiles) (*TLSFiles, error) {
