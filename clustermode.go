@@ -20,6 +20,7 @@ import (
 	"github.com/beanpole/beanpole/cluster"
 	"github.com/beanpole/beanpole/config"
 	"github.com/beanpole/beanpole/persist"
+	"github.com/beanpole/beanpole/server/clusterctl"
 )
 
 // runNode runs a node of the group (--cluster-dir) until a stop: it
@@ -223,7 +224,7 @@ func seed(node *cluster.Node, dir string, log zerolog.Logger, stderr io.Writer) 
 func join(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer) int {
 	var token string
 	if cfg.HTTPTokenFile != "" {
-		b, err := readToken(cfg.HTTPTokenFile)
+		b, err := config.ReadToken(cfg.HTTPTokenFile)
 		if err != nil {
 			fmt.Fprintf(stderr, "beanpole: --http-token-file: %v\n", err)
 			return 1
@@ -234,9 +235,9 @@ func join(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer) int 
 	if nodeTLS != nil {
 		conf = nodeTLS()
 	}
-	client := clusterClient(conf)
+	client := clusterctl.Client(conf)
 	form := url.Values{"id": {cfg.NodeID}, "raft": {cfg.RaftAddr}}
-	if code := clusterRequest(client, http.MethodPost, cfg.JoinURL(), "/cluster/add", token, form, io.Discard, stderr); code != 0 {
+	if code := clusterctl.Request(client, http.MethodPost, cfg.JoinURL(), "/cluster/add", token, form, io.Discard, stderr); code != 0 {
 		fmt.Fprintf(stderr, "beanpole: --join %s: this node was not added, or the leader cannot reach it at --raft %s (above)\n", cfg.Join, cfg.RaftAddr)
 		return code
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/beanpole/beanpole/loop"
 	"github.com/beanpole/beanpole/persist"
 	"github.com/beanpole/beanpole/record"
+	"github.com/beanpole/beanpole/server/clusterctl"
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/diode"
 )
@@ -41,7 +42,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runImport(args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "cluster" {
-		return runCluster(args[1:], stdout, stderr)
+		return clusterctl.Main(args[1:], stdout, stderr)
 	}
 	cfg, code, done := config.Parse(args, stdout, stderr)
 	if done {
@@ -119,7 +120,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if cfg.HTTPAddr != "" {
 		var token []byte
 		if cfg.HTTPTokenFile != "" {
-			if token, err = readToken(cfg.HTTPTokenFile); err != nil {
+			if token, err = config.ReadToken(cfg.HTTPTokenFile); err != nil {
 				fmt.Fprintf(stderr, "beanpole: --http-token-file: %v\n", err)
 				return 1
 			}
