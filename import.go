@@ -11,6 +11,7 @@ import (
 
 	"github.com/beanpole/beanpole/config"
 	"github.com/beanpole/beanpole/persist"
+	"github.com/beanpole/beanpole/server"
 )
 
 const importUsage = `Use: beanpole import -b DIR [--from SRC] [--dry-run] [--accept-damage]
@@ -80,7 +81,7 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "beanpole import: --from %s is -b's directory: leave --from out to import in place\n", from)
 		return config.ExitUsage
 	}
-	fail := func(d string, err error) int { return binlogFailure(stderr, "beanpole import", d, err, 1) }
+	fail := func(d string, err error) int { return server.BinlogFailure(stderr, "beanpole import", d, err, 1) }
 
 	if dry {
 		src := dir
@@ -107,7 +108,7 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
-	log := newLogger(stderr, 0, false)
+	log := server.NewLogger(stderr, 0, false)
 	if from != "" {
 		copied, code := copyUpstream(from, dir, accept, stdout, stderr)
 		if code != 0 || copied == 0 {
@@ -144,7 +145,7 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 func copyUpstream(src, dst string, accept bool, stdout, stderr io.Writer) (int, int) {
 	rep, err := persist.PlanImport(src)
 	if err != nil {
-		return 0, binlogFailure(stderr, "beanpole import", src, err, 1)
+		return 0, server.BinlogFailure(stderr, "beanpole import", src, err, 1)
 	}
 	if rep == nil || rep.Interrupted {
 		fmt.Fprintf(stdout, "%s holds no upstream beanstalkd binlog: nothing to import\n", src)
@@ -161,7 +162,7 @@ func copyUpstream(src, dst string, accept bool, stdout, stderr io.Writer) (int, 
 	}
 	names, err := persist.UpstreamFiles(src)
 	if err != nil {
-		return 0, binlogFailure(stderr, "beanpole import", src, err, 1)
+		return 0, server.BinlogFailure(stderr, "beanpole import", src, err, 1)
 	}
 	if have, _ := filepath.Glob(filepath.Join(dst, "binlog.*")); len(have) > 0 {
 		fmt.Fprintf(stderr, "beanpole import: -b %s already holds a binlog (%s): --from imports only into a directory without one (`beanpole import -b %s` imports or finishes what is there)\n",
@@ -170,11 +171,11 @@ func copyUpstream(src, dst string, accept bool, stdout, stderr io.Writer) (int, 
 	}
 	for _, name := range names {
 		if err := copyFile(name, filepath.Join(dst, filepath.Base(name))); err != nil {
-			return 0, binlogFailure(stderr, "beanpole import", dst, err, 1)
+			return 0, server.BinlogFailure(stderr, "beanpole import", dst, err, 1)
 		}
 	}
 	if err := syncDir(dst); err != nil {
-		return 0, binlogFailure(stderr, "beanpole import", dst, err, 1)
+		return 0, server.BinlogFailure(stderr, "beanpole import", dst, err, 1)
 	}
 	return len(names), 0
 }
