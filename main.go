@@ -14,6 +14,7 @@ import (
 
 	"github.com/beanpole/beanpole/config"
 	"github.com/beanpole/beanpole/server"
+	"github.com/beanpole/beanpole/server/binlogimport"
 	"github.com/beanpole/beanpole/server/clusterctl"
 	"github.com/rs/zerolog/diode"
 )
@@ -22,7 +23,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "import" {
-		return runImport(args[1:], stdout, stderr)
+		return binlogimport.Main(args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "cluster" {
 		return clusterctl.Main(args[1:], stdout, stderr)

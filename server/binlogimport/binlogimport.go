@@ -1,4 +1,7 @@
-package main
+// Package binlogimport is `beanpole import`: upstream beanstalkd's binlog
+// carried over into beanpole's own log (persist.Import) on its own, no
+// server.
+package binlogimport
 
 import (
 	"fmt"
@@ -38,12 +41,11 @@ error, 10 a running server holds the directory, 73 a directory is on a
 read-only file system, 77 permission denied.
 `
 
-// runImport is `beanpole import`: the import of an upstream beanstalkd
-// binlog (persist.Import) on its own, no server. It returns the exit
-// status: 0 done (or nothing to do), 1 refused or failed, 5 a usage
+// Main is `beanpole import`, given the arguments after "import". It
+// returns the exit status: 0 done (or nothing to do), 1 refused or failed, 5 a usage
 // error, 10 the directory is in use by a running server, 73 or 77 a
-// directory is read-only or not permitted (binlogFailure).
-func runImport(args []string, stdout, stderr io.Writer) int {
+// directory is read-only or not permitted (server.BinlogFailure).
+func Main(args []string, stdout, stderr io.Writer) int {
 	dir, from, dry, accept := "", "", false, false
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; {
@@ -84,28 +86,7 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	fail := func(d string, err error) int { return server.BinlogFailure(stderr, "beanpole import", d, err, 1) }
 
 	if dry {
-		src := dir
-		if from != "" {
-			src = from
-		}
-		rep, err := persist.PlanImport(src)
-		if err != nil {
-			return fail(src, err)
-		}
-		if rep == nil {
-			fmt.Fprintf(stdout, "%s holds no upstream beanstalkd binlog: nothing to import\n", src)
-			return 0
-		}
-		fmt.Fprint(stdout, rep)
-		if len(rep.Refused()) > 0 {
-			cmd := "-b " + dir
-			if from != "" {
-				cmd = "--from " + from + " " + cmd
-			}
-			fmt.Fprintf(stdout, "beanpole would refuse to start on this damage; `beanpole import %s --accept-damage` imports what can be read, as beanstalkd would start\n", cmd)
-		}
-		fmt.Fprintln(stdout, "dry run: nothing changed")
-		return 0
+		return dryRun(dir, from, stdout, stderr)
 	}
 
 	log := server.NewLogger(stderr, 0, false)
@@ -133,6 +114,33 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, rep)
 		fmt.Fprintf(stdout, "imported; beanstalkd's files are in %s/\n", rep.ArchiveDir())
 	}
+	return 0
+}
+
+// dryRun says what importing dir's binlog (or from's, into dir) would
+// carry over, changing nothing.
+func dryRun(dir, from string, stdout, stderr io.Writer) int {
+	src := dir
+	if from != "" {
+		src = from
+	}
+	rep, err := persist.PlanImport(src)
+	if err != nil {
+		return server.BinlogFailure(stderr, "beanpole import", src, err, 1)
+	}
+	if rep == nil {
+		fmt.Fprintf(stdout, "%s holds no upstream beanstalkd binlog: nothing to import\n", src)
+		return 0
+	}
+	fmt.Fprint(stdout, rep)
+	if len(rep.Refused()) > 0 {
+		cmd := "-b " + dir
+		if from != "" {
+			cmd = "--from " + from + " " + cmd
+		}
+		fmt.Fprintf(stdout, "beanpole would refuse to start on this damage; `beanpole import %s --accept-damage` imports what can be read, as beanstalkd would start\n", cmd)
+	}
+	fmt.Fprintln(stdout, "dry run: nothing changed")
 	return 0
 }
 
