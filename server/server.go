@@ -52,6 +52,7 @@ type Options struct {
 	// replay ends the process at once); a cluster node takes both once it
 	// is open; Reload is taken by New when there are TLS files to read
 	// again, or the server is a cluster node (a SIGHUP must not end it).
+	// Takes may be told of a call more than once.
 	Takes func(Call)
 }
 
@@ -124,8 +125,17 @@ func New(cfg *config.Config, o Options) (*Server, int) {
 	if len(s.hup.files) > 0 || cfg.ClusterDir != "" {
 		s.takes(CallReload)
 	}
-	// BEANPOLE_GC_HEADROOM_MB overrides the collector's headroom floor
-	// (internal/memtune); 0 leaves GOGC alone.
+	headroomOnce.Do(keepHeadroom)
+	return s, 0
+}
+
+// headroomOnce: the collector's tuning is the process's, set by its first
+// server.
+var headroomOnce sync.Once
+
+// keepHeadroom keeps the collector's headroom (internal/memtune);
+// BEANPOLE_GC_HEADROOM_MB overrides its floor, and 0 leaves GOGC alone.
+func keepHeadroom() {
 	headroom := uint64(64)
 	if v, err := strconv.ParseUint(os.Getenv("BEANPOLE_GC_HEADROOM_MB"), 10, 32); err == nil {
 		headroom = v
@@ -133,7 +143,6 @@ func New(cfg *config.Config, o Options) (*Server, int) {
 	if headroom > 0 {
 		memtune.KeepHeapHeadroom(headroom << 20)
 	}
-	return s, 0
 }
 
 // Run serves until a stop, and returns the process's exit status: 0 after

@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -87,7 +88,7 @@ func TestDrainAndStopAsCalls(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return after Stop")
 	}
-	if want := `"signal":"test"`; !bytes.Contains([]byte(log.String()), []byte(want)) {
+	if want := `"signal":"test"`; !strings.Contains(log.String(), want) {
 		t.Errorf("log lacks %s:\n%s", want, log.String())
 	}
 	takenMu.Lock()
@@ -108,4 +109,66 @@ func put(t *testing.T, conn net.Conn, r *bufio.Reader) string {
 		t.Fatal(err)
 	}
 	return line
+}
+
+// A cluster node started as main starts it takes Reload from New, Drain
+// and Stop once it is open; leading, it drains and stops by the calls too.
+func TestClusterNodeDrainsAndStopsAsCalls(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raft := ln.Addr().String()
+	ln.Close()
+	cfg, code, done := config.Parse([]string{"-l", "127.0.0.1", "-p", "0", "--cluster-dir", t.TempDir(),
+		"--node-id", "n1", "--raft", raft, "--bootstrap", "n1=" + raft}, io.Discard, io.Discard)
+	if done {
+		t.Fatalf("config.Parse: status %d", code)
+	}
+	var log, stderr lockedBuffer
+	var takenMu sync.Mutex
+	var taken []Call
+	s, code := New(&cfg, Options{Log: zerolog.New(&log), Stderr: &stderr, Takes: func(c Call) {
+		takenMu.Lock()
+		taken = append(taken, c)
+		takenMu.Unlock()
+	}})
+	if s == nil {
+		t.Fatalf("New: status %d: %s", code, stderr.String())
+	}
+	ran := make(chan int, 1)
+	go func() { ran <- s.Run() }()
+	waitForLog(t, &log, "cluster: leading", ran)
+	s.Drain()
+	waitForLog(t, &log, "drain mode (SIGUSR1): puts are refused from now on", ran)
+	s.Stop("test")
+	select {
+	case code := <-ran:
+		if code != 0 {
+			t.Fatalf("Run: status %d: %s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after Stop")
+	}
+	takenMu.Lock()
+	defer takenMu.Unlock()
+	if want := []Call{CallReload, CallDrain, CallStop, CallStop}; !slices.Equal(taken, want) {
+		t.Errorf("calls taken: %v, want %v", taken, want)
+	}
+}
+
+// waitForLog polls the log until it holds msg, failing if Run returns
+// first.
+func waitForLog(t *testing.T, log *lockedBuffer, msg string, ran <-chan int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(log.String(), msg); {
+		select {
+		case code := <-ran:
+			t.Fatalf("Run returned %d before the log said %q:\n%s", code, msg, log.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log never said %q:\n%s", msg, log.String())
+		}
+	}
 }
