@@ -148,9 +148,9 @@ func Open(cfg Config) (*Node, error) {
 		}
 		links = newLinkLayer(advertised{ln, adv}, cfg.TLS, func() []string { return memberHosts(rp.Load(), cfg.Bootstrap) }, linkGreeting)
 		m.linksRefused = links.refused.Load
-		trans = raft.NewNetworkTransportWithLogger(links, 3, 10*time.Second, logger)
+		trans = raft.NewNetworkTransportWithLogger(links, linkPool, 10*time.Second, logger)
 	}
-	fenced := newFencedTransport(trans)
+	fenced := newFencedTransport(trans, cfg.ElectionTimeout)
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
 	rc.Logger = logger
