@@ -92,6 +92,7 @@ func (p *process) runNode(hup *reloader) int {
 		}
 		jobs, maxID := node.FSM.State()
 		eng.Restore(jobs, maxID)
+		eng.RestorePauses(node.FSM.Pauses())
 		eng.SetJournal(jl)
 		log.Info().Str("node", cfg.NodeID).Int("jobs", len(jobs)).Uint64("max-id", maxID).Msg("cluster: leading")
 		warnFewIDs(log, maxID)
