@@ -36,7 +36,7 @@ func survivorStatsTube(t *testing.T, addr, name string) map[string]string {
 // the leader is killed (kill -9), the new leader keeps each pause with the
 // time that is left of it: stats-tube says so, a reserve does not get the
 // paused tube's job until the pause ends, and a paused tube with no job is
-// paused too.
+// paused too. The tube's counters start again from 0.
 func TestClusterPauseSurvivesTheLeadersDeath(t *testing.T) {
 	const short = 5 * time.Second
 	tc := startTestCluster(t, 3)
@@ -59,8 +59,12 @@ func TestClusterPauseSurvivesTheLeadersDeath(t *testing.T) {
 	lead.srv.stop()
 	survivor := tc.other(lead)
 	st := survivorStatsTube(t, survivor.srv.addr, "long")
-	if st["pause"] != "3600" {
-		t.Fatalf("the new leader's tube long has pause %q, want 3600", st["pause"])
+	if st["pause"] != "3600" || st["current-jobs-ready"] != "1" {
+		t.Fatalf("the new leader's tube long: pause %q, %q jobs ready; want 3600, 1", st["pause"], st["current-jobs-ready"])
+	}
+	// The counters are the engine's: the new leader's start from 0.
+	if st["cmd-pause-tube"] != "0" || st["total-jobs"] != "0" {
+		t.Fatalf("the new leader's tube long: cmd-pause-tube %q, total-jobs %q; want 0, 0", st["cmd-pause-tube"], st["total-jobs"])
 	}
 	if left, _ := strconv.Atoi(st["pause-time-left"]); left <= 0 || left > 3600 {
 		t.Fatalf("the new leader's tube long has pause-time-left %q", st["pause-time-left"])
