@@ -277,18 +277,7 @@ func TestSnapshotRestoresTheSameState(t *testing.T) {
 	if resp := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: entry}); resp != nil {
 		t.Fatal(resp)
 	}
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sink memSink
-	if err := snap.Persist(&sink); err != nil {
-		t.Fatal(err)
-	}
-	g := NewFSM()
-	if err := g.Restore(io.NopCloser(&sink)); err != nil {
-		t.Fatal(err)
-	}
+	g := restoreFrom(t, f)
 	wantJobs, wantMax := f.State()
 	gotJobs, gotMax := g.State()
 	if !reflect.DeepEqual(gotJobs, wantJobs) || gotMax != wantMax || wantMax != 77 || len(gotJobs) != 49 {
