@@ -133,8 +133,8 @@ func TestSnapshotKeepsPausesAndEveryLeadersClientAddress(t *testing.T) {
 	}
 }
 
-// restoreFrom is a new state restored from a snapshot of f.
-func restoreFrom(t *testing.T, f *FSM) *FSM {
+// persisted is a snapshot of f, written out.
+func persisted(t *testing.T, f *FSM) *memSink {
 	t.Helper()
 	snap, err := f.Snapshot()
 	if err != nil {
@@ -144,8 +144,14 @@ func restoreFrom(t *testing.T, f *FSM) *FSM {
 	if err := snap.Persist(&sink); err != nil {
 		t.Fatal(err)
 	}
+	return &sink
+}
+
+// restoreFrom is a new state restored from a snapshot of f.
+func restoreFrom(t *testing.T, f *FSM) *FSM {
+	t.Helper()
 	g := NewFSM()
-	if err := g.Restore(io.NopCloser(&sink)); err != nil {
+	if err := g.Restore(io.NopCloser(persisted(t, f))); err != nil {
 		t.Fatal(err)
 	}
 	return g
@@ -175,5 +181,34 @@ func TestSnapshotOfTheFirstFormatRestores(t *testing.T) {
 	}
 	if id, client, _ := f.Leader(); id != "n1" || client != "127.0.0.1:11300" || len(f.Pauses()) != 0 {
 		t.Fatalf("leader %q at %q, %d pauses", id, client, len(f.Pauses()))
+	}
+}
+
+// TestFollowerRestoredFromASnapshotForwardsToTheLeader: a follower whose
+// state is replaced by a snapshot of the leader's (what raft does for a
+// follower too far behind) forwards its clients to the leader's announced
+// addresses, plaintext and TLS.
+func TestFollowerRestoredFromASnapshotForwardsToTheLeader(t *testing.T) {
+	g := newGroup(t, 3)
+	leader, _ := g.leader()
+	if err := leader.Announce("127.0.0.9:11300", "127.0.0.9:11400"); err != nil {
+		t.Fatal(err)
+	}
+	g.converged(leader)
+	var follower *Node
+	for _, nd := range g.nodes {
+		if nd != leader {
+			follower = nd
+		}
+	}
+	if err := follower.FSM.Restore(io.NopCloser(persisted(t, leader.FSM))); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the follower to know its leader", func() bool { return follower.LeaderClient(false) != "" })
+	if plain, tls := follower.LeaderClient(false), follower.LeaderClient(true); plain != "127.0.0.9:11300" || tls != "127.0.0.9:11400" {
+		t.Fatalf("the restored follower forwards to %q and %q, want 127.0.0.9:11300 and 127.0.0.9:11400", plain, tls)
+	}
+	if got := follower.FSM.Clients()[string(leader.cfg.ID)]; got != "127.0.0.9:11300" {
+		t.Fatalf("the restored follower has the leader's client address as %q", got)
 	}
 }
