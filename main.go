@@ -197,14 +197,15 @@ type process struct {
 	loops               int
 	// sigs receive SIGUSR1 (drain), SIGTERM and SIGINT (stop) once the
 	// process asks for them: the single server from before its replay,
-	// a cluster node from its start (follow ignores a drain).
-	sigs   chan os.Signal
-	log    zerolog.Logger
-	stderr io.Writer
-	eng    atomic.Pointer[engine.Engine] // the engine serving, for the memory releaser
+	// a cluster node from its start (follow remembers a drain).
+	sigs    chan os.Signal
+	log     zerolog.Logger
+	stderr  io.Writer
+	eng     atomic.Pointer[engine.Engine] // the engine serving, for the memory releaser
+	memOnce sync.Once
+
 	// draining: SIGUSR1 came; every engine the process serves after drains.
 	draining atomic.Bool
-	memOnce  sync.Once
 }
 
 // newEngine is an empty engine; BEANPOLE_WALL_CLOCK_OFFSET (a Go
