@@ -38,9 +38,10 @@ func (p *process) runNode(hup *reloader) int {
 	}
 	hup.node.Store(node)
 	// From here on SIGUSR1, SIGTERM and SIGINT come to p.sigs: following
-	// takes a stop and ignores a drain (it means nothing to a node whose
-	// clients are served elsewhere); leading, the server's own handling
-	// takes both. A signal sent once the node says it leads is never lost.
+	// takes a stop and remembers a drain (the node's clients are served
+	// elsewhere; it drains each time it leads); leading, the server's own
+	// handling takes both. A signal sent once the node says it leads is
+	// never lost.
 	signal.Notify(p.sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
 	seeded := false
 	for {
@@ -92,6 +93,7 @@ func (p *process) runNode(hup *reloader) int {
 		}
 		jobs, maxID := node.FSM.State()
 		eng.Restore(jobs, maxID)
+		eng.RestorePauses(node.FSM.Pauses())
 		eng.SetJournal(jl)
 		log.Info().Str("node", cfg.NodeID).Int("jobs", len(jobs)).Uint64("max-id", maxID).Msg("cluster: leading")
 		warnFewIDs(log, maxID)
@@ -166,7 +168,9 @@ func (p *process) follow(node *cluster.Node) (jl *cluster.Journal, stopped bool,
 				return
 			case sig := <-p.sigs:
 				if sig == syscall.SIGUSR1 {
-					p.log.Info().Msg("drain mode (SIGUSR1) is ignored while following: this node serves no client itself")
+					p.draining.Store(true)
+					p.log.Info().Msg("drain mode (SIGUSR1): this node refuses puts whenever it leads, until it restarts; " +
+						"the group drains once every member is told")
 					continue
 				}
 				stopped = true

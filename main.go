@@ -197,12 +197,15 @@ type process struct {
 	loops               int
 	// sigs receive SIGUSR1 (drain), SIGTERM and SIGINT (stop) once the
 	// process asks for them: the single server from before its replay,
-	// a cluster node from its start (follow ignores a drain).
+	// a cluster node from its start (follow remembers a drain).
 	sigs    chan os.Signal
 	log     zerolog.Logger
 	stderr  io.Writer
 	eng     atomic.Pointer[engine.Engine] // the engine serving, for the memory releaser
 	memOnce sync.Once
+
+	// draining: SIGUSR1 came; every engine the process serves after drains.
+	draining atomic.Bool
 }
 
 // newEngine is an empty engine; BEANPOLE_WALL_CLOCK_OFFSET (a Go
@@ -252,6 +255,9 @@ func (p *process) runSingle() int {
 // node to forward again.
 func (p *process) serve(eng *engine.Engine, blog *persist.Log, node *cluster.Node) (code int, lost bool) {
 	cfg, log := p.cfg, p.log
+	if p.draining.Load() {
+		eng.SetDraining() // a drain asked for before this term still holds
+	}
 	var deposed <-chan struct{}
 	if node != nil {
 		deposed = node.LostLeadership()
@@ -299,7 +305,11 @@ func (p *process) serve(eng *engine.Engine, blog *persist.Log, node *cluster.Nod
 	}
 	adm := p.adm
 	adm.SetSource(statsSource{srv: srv, eng: eng, blog: blog, tls: p.tlsLn != nil}, eng)
-	adm.SetState(admin.Ready)
+	if eng.Draining() {
+		adm.SetState(admin.Draining)
+	} else {
+		adm.SetState(admin.Ready)
+	}
 	if err := config.SdNotify("READY=1"); err != nil {
 		log.Warn().Err(err).Msg("could not tell systemd the server is ready")
 	}
@@ -309,6 +319,7 @@ func (p *process) serve(eng *engine.Engine, blog *persist.Log, node *cluster.Nod
 		case sig := <-p.sigs:
 			if sig == syscall.SIGUSR1 {
 				// Drain mode, as upstream: puts are refused from now on.
+				p.draining.Store(true)
 				eng.SetDraining()
 				adm.SetState(admin.Draining)
 				log.Info().Msg("drain mode (SIGUSR1): puts are refused from now on")
