@@ -277,18 +277,7 @@ func TestSnapshotRestoresTheSameState(t *testing.T) {
 	if resp := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: entry}); resp != nil {
 		t.Fatal(resp)
 	}
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sink memSink
-	if err := snap.Persist(&sink); err != nil {
-		t.Fatal(err)
-	}
-	g := NewFSM()
-	if err := g.Restore(io.NopCloser(&sink)); err != nil {
-		t.Fatal(err)
-	}
+	g := restoreFrom(t, f)
 	wantJobs, wantMax := f.State()
 	gotJobs, gotMax := g.State()
 	if !reflect.DeepEqual(gotJobs, wantJobs) || gotMax != wantMax || wantMax != 77 || len(gotJobs) != 49 {
@@ -304,13 +293,18 @@ func TestMalformedEntryIsRefusedWhole(t *testing.T) {
 		return record.AppendFull(nil, j)
 	}
 	for name, tail := range map[string][]byte{
-		"a frame that overruns the entry":  {9, 0, 0, 0, 1},
-		"a body without its CRLF":          appendFramed(nil, bad(func(j *record.Job) { j.Body = []byte("body 2") })),
-		"a body whose CRLF is cut short":   appendFramed(nil, bad(func(j *record.Job) { j.Body = []byte("\n") })),
-		"id 0":                             appendFramed(nil, bad(func(j *record.Job) { j.ID = 0 })),
-		"the largest id":                   appendFramed(nil, record.AppendDelete(nil, math.MaxUint64)),
-		"a tube name the protocol refuses": appendFramed(nil, bad(func(j *record.Job) { j.Tube = "-dash" })),
-		"a negative TTR":                   appendFramed(nil, bad(func(j *record.Job) { j.TTR = -time.Second })),
+		"a frame that overruns the entry":             {9, 0, 0, 0, 1},
+		"a body without its CRLF":                     appendFramed(nil, bad(func(j *record.Job) { j.Body = []byte("body 2") })),
+		"a body whose CRLF is cut short":              appendFramed(nil, bad(func(j *record.Job) { j.Body = []byte("\n") })),
+		"id 0":                                        appendFramed(nil, bad(func(j *record.Job) { j.ID = 0 })),
+		"the largest id":                              appendFramed(nil, record.AppendDelete(nil, math.MaxUint64)),
+		"a tube name the protocol refuses":            appendFramed(nil, bad(func(j *record.Job) { j.Tube = "-dash" })),
+		"a negative TTR":                              appendFramed(nil, bad(func(j *record.Job) { j.TTR = -time.Second })),
+		"a pause of a tube name the protocol refuses": appendFramed(nil, pauseRec("-dash", time.Second, 1)),
+		"a negative pause":                            appendFramed(nil, pauseRec("t", -time.Second, 1)),
+		"a pause with no end":                         appendFramed(nil, pauseRec("t", time.Second, 0)),
+		"an unpause with an end":                      appendFramed(nil, pauseRec("t", 0, 5)),
+		"a pause longer than 2^32-1 s":                appendFramed(nil, pauseRec("t", maxPause+time.Second, 1)),
 	} {
 		f := NewFSM()
 		m := newMetrics()
@@ -319,8 +313,8 @@ func TestMalformedEntryIsRefusedWhole(t *testing.T) {
 		if resp := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: entry}); resp == nil {
 			t.Fatalf("%s: the entry was applied without an error", name)
 		}
-		if jobs, maxID := f.State(); len(jobs) != 0 || maxID != 0 {
-			t.Fatalf("%s: %d jobs, max id %d: no record of a refused entry may be applied", name, len(jobs), maxID)
+		if jobs, maxID := f.State(); len(jobs) != 0 || maxID != 0 || len(f.Pauses()) != 0 {
+			t.Fatalf("%s: %d jobs, max id %d, %d pauses: no record of a refused entry may be applied", name, len(jobs), maxID, len(f.Pauses()))
 		}
 		if m.refused.Load() != 1 {
 			t.Fatalf("%s: %d entries counted as refused, want 1", name, m.refused.Load())

@@ -13,8 +13,9 @@
 //	         raft entry; many entries are in flight at once; acks run in
 //	         append order when their entry commits.
 //	FSM      every node's state machine: the set of live jobs and the
-//	         highest id ever named (record.Live), fed by committed entries,
-//	         streamed to and from snapshots.
+//	         highest id ever named (record.Live), the paused tubes, and the
+//	         client address of each node that has led, fed by committed
+//	         entries, streamed to and from snapshots.
 //	Node     a node: raft with its stores and transport, bootstrap, the
 //	         leadership it holds.
 //

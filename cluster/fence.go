@@ -3,6 +3,7 @@ package cluster
 import (
 	"io"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"golang.org/x/sys/unix"
@@ -31,12 +32,15 @@ func boottime() int64 {
 // newest RPC each peer answered with success.
 type fencedTransport struct {
 	raft.Transport
+	// round is how long a candidate's election round lasts at least:
+	// how long asking again for a vote can still win that round.
+	round time.Duration
 	mu    sync.Mutex
 	acked map[raft.ServerID]int64 // boottime
 }
 
-func newFencedTransport(t raft.Transport) *fencedTransport {
-	return &fencedTransport{Transport: t, acked: map[raft.ServerID]int64{}}
+func newFencedTransport(t raft.Transport, round time.Duration) *fencedTransport {
+	return &fencedTransport{Transport: t, round: round, acked: map[raft.ServerID]int64{}}
 }
 
 func (f *fencedTransport) ack(id raft.ServerID, sent int64) {
@@ -95,7 +99,33 @@ func (f *fencedTransport) AppendEntriesPipeline(id raft.ServerID, target raft.Se
 // RequestPreVote passes pre-vote on (raft turns it off for a transport
 // that does not speak it).
 func (f *fencedTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	return f.Transport.(raft.WithPreVote).RequestPreVote(id, target, args, resp)
+	return f.askAgain(func() error { return f.Transport.(raft.WithPreVote).RequestPreVote(id, target, args, resp) })
+}
+
+func (f *fencedTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	return f.askAgain(func() error { return f.Transport.RequestVote(id, target, args, resp) })
+}
+
+// linkPool is how many idle connections the network transport keeps to
+// each peer.
+const linkPool = 3
+
+// askAgain asks for a vote, and again while it fails, at most once more
+// per pooled connection and only while the round it is for lasts. A vote
+// asked over a pooled connection whose peer restarted, or whose link was
+// cut and mended, fails at once (the peer's end was closed while the
+// connection idled), and the transport drops that connection; raft would
+// count the vote as lost and campaign again only after another election
+// timeout, which after a leader's death costs the group a second or more
+// without a leader. Asking twice is safe: a node grants one candidate per
+// term, and grants it again when asked again.
+func (f *fencedTransport) askAgain(ask func() error) error {
+	start := time.Now()
+	err := ask()
+	for i := 0; err != nil && i < linkPool && time.Since(start) < f.round; i++ {
+		err = ask()
+	}
+	return err
 }
 
 // Close closes the transport underneath.

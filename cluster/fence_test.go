@@ -1,6 +1,9 @@
 package cluster
 
 import (
+	"errors"
+	"io"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,4 +115,104 @@ func TestLeaseIsNotConfirmedByAnswersSentBeforeItsRound(t *testing.T) {
 		waitUntil(t, "answers to RPCs sent after the round", func() bool { return old.heardSince(start) })
 		return
 	}
+}
+
+// restartable is a peer's raft transport that can die and come back on
+// the same address, as a node killed and restarted does: its end of every
+// connection it accepted is closed with it.
+type restartable struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (r *restartable) Accept() (net.Conn, error) {
+	c, err := r.Listener.Accept()
+	if err == nil {
+		r.mu.Lock()
+		r.conns = append(r.conns, c)
+		r.mu.Unlock()
+	}
+	return c, err
+}
+
+func (r *restartable) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.conns {
+		c.Close()
+	}
+	return r.Listener.Close()
+}
+
+func (r *restartable) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return net.DialTimeout("tcp", string(addr), timeout)
+}
+
+// voter starts a transport on addr that grants every vote and pre-vote it
+// is asked for, and returns the function that kills it.
+func voter(t *testing.T, addr string) (net.Addr, func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := raft.NewNetworkTransport(&restartable{Listener: ln}, 1, 5*time.Second, io.Discard)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case rpc := <-tr.Consumer():
+				switch rpc.Command.(type) {
+				case *raft.RequestVoteRequest:
+					rpc.Respond(&raft.RequestVoteResponse{Granted: true}, nil)
+				case *raft.RequestPreVoteRequest:
+					rpc.Respond(&raft.RequestPreVoteResponse{Granted: true}, nil)
+				default:
+					rpc.Respond(nil, errors.New("not a vote"))
+				}
+			}
+		}
+	}()
+	return ln.Addr(), func() { close(done); tr.Close() }
+}
+
+func TestVoteIsAskedAgainWhenItsPooledConnectionDiedWithItsPeer(t *testing.T) {
+	addr, kill := voter(t, "127.0.0.1:0")
+	asker, err := raft.NewTCPTransport("127.0.0.1:0", nil, linkPool, 5*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer asker.Close()
+	f := newFencedTransport(asker, time.Minute)
+	target := raft.ServerAddress(addr.String())
+	vote := func() error {
+		var resp raft.RequestVoteResponse
+		err := f.RequestVote("peer", target, &raft.RequestVoteRequest{Term: 2}, &resp)
+		if err == nil && !resp.Granted {
+			err = errors.New("vote not granted")
+		}
+		return err
+	}
+	preVote := func() error {
+		var resp raft.RequestPreVoteResponse
+		err := f.RequestPreVote("peer", target, &raft.RequestPreVoteRequest{Term: 2}, &resp)
+		if err == nil && !resp.Granted {
+			err = errors.New("pre-vote not granted")
+		}
+		return err
+	}
+	for _, ask := range []func() error{vote, preVote} {
+		if err := ask(); err != nil { // leaves a connection in the pool
+			t.Fatal(err)
+		}
+		kill()
+		addr, kill = voter(t, addr.String())
+		if err := ask(); err != nil {
+			t.Fatalf("a vote asked of a restarted peer failed: %v", err)
+		}
+	}
+	kill()
 }

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,14 +31,13 @@ const (
 	entryLeave byte = 16
 )
 
-// FSM is a node's replicated state: the live jobs and the highest id any
-// record named. Every node applies the same committed entries in the same
-// order; the leader's engine is loaded from it when the node takes the
-// lead.
+// FSM is a node's replicated state: the live jobs, the highest id any
+// record named, the paused tubes. Every node applies the same committed
+// entries in the same order; the leader's engine is loaded from it when
+// the node takes the lead.
 type FSM struct {
-	mu      sync.Mutex
-	live    *record.Live
-	tubes   map[string]string
+	mu sync.Mutex
+	state
 	applied uint64 // raft index of the last entry applied
 	// leader is the latest leader's announcement: its node id and the
 	// addresses its clients connect to (followers forward there): the
@@ -56,16 +56,7 @@ type FSM struct {
 
 // NewFSM is an empty state.
 func NewFSM() *FSM {
-	return &FSM{live: record.NewLive(), tubes: map[string]string{}, clients: map[string]string{}, log: zerolog.Nop()}
-}
-
-func (f *FSM) tube(b []byte) string {
-	if s, ok := f.tubes[string(b)]; ok {
-		return s
-	}
-	s := string(b)
-	f.tubes[s] = s
-	return s
+	return &FSM{state: newState(), clients: map[string]string{}, log: zerolog.Nop()}
 }
 
 // Apply folds one committed entry into the state. A malformed entry is
@@ -77,6 +68,9 @@ func (f *FSM) Apply(l *raft.Log) any {
 	f.applied = l.Index
 	if l.Type != raft.LogCommand || len(l.Data) == 0 {
 		return nil
+	}
+	if !l.AppendedAt.IsZero() {
+		f.expire(l.AppendedAt.UnixNano())
 	}
 	if err := validEntry(l.Data); err != nil {
 		// Only a leader that is not one of ours (a forged entry) or a
@@ -94,7 +88,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 			if r.Kind == record.KindFull {
 				r.Body = f.keep(r.ID, r.Body)
 			}
-			f.live.Apply(r, f.tube)
+			f.apply(r)
 			return nil
 		})
 	case entryLeader:
@@ -108,29 +102,13 @@ func (f *FSM) Apply(l *raft.Log) any {
 }
 
 // validEntry checks a whole entry before any of it is applied: its type,
-// and each record as the engine could have written it. A full record's
-// job has an id other than 0 and the largest, a tube name the protocol
-// accepts, a body that ends in CRLF and fits the largest -z, and times
-// that are not negative; a leader's announcement names an id and client
-// addresses of the HOST:PORT form.
+// and each record as the engine could have written it (validRecord); a
+// leader's announcement names an id and client addresses of the
+// HOST:PORT form.
 func validEntry(data []byte) error {
 	switch data[0] {
 	case entryRecords:
-		return eachRecord(data[1:], func(r *record.Record) error {
-			switch {
-			case r.ID == 0 || r.ID == math.MaxUint64:
-				return fmt.Errorf("%w: job id %d", record.ErrBad, r.ID)
-			case r.Kind != record.KindFull:
-				return nil
-			case !codec.ValidTubeName(r.Tube):
-				return fmt.Errorf("%w: job %d has tube name %q", record.ErrBad, r.ID, r.Tube)
-			case len(r.Body) < 2 || !bytes.HasSuffix(r.Body, crlf) || len(r.Body) > maxJobSize+2:
-				return fmt.Errorf("%w: job %d's body of %d bytes does not end in CRLF or is too large", record.ErrBad, r.ID, len(r.Body))
-			case r.TTR < 0 || r.Delay < 0 || r.Created < 0 || r.Deadline < 0:
-				return fmt.Errorf("%w: job %d has a negative time", record.ErrBad, r.ID)
-			}
-			return nil
-		})
+		return eachRecord(data[1:], validRecord)
 	case entryLeader:
 		parts := strings.Split(string(data[1:]), "\x00")
 		if len(parts) < 2 || len(parts) > 3 || parts[0] == "" {
@@ -146,6 +124,29 @@ func validEntry(data []byte) error {
 		return validLeave(data)
 	}
 	return fmt.Errorf("%w: unknown entry type %d", record.ErrBad, data[0])
+}
+
+// validRecord checks a record as the engine could have written it. A
+// pause is checked by validPause; any other record names a job id other
+// than 0 and the largest; a full record's job has a tube name the protocol
+// accepts, a body that ends in CRLF and fits the largest -z, and times
+// that are not negative.
+func validRecord(r *record.Record) error {
+	switch {
+	case r.Kind == record.KindPause:
+		return validPause(r)
+	case r.ID == 0 || r.ID == math.MaxUint64:
+		return fmt.Errorf("%w: job id %d", record.ErrBad, r.ID)
+	case r.Kind != record.KindFull:
+		return nil
+	case !codec.ValidTubeName(r.Tube):
+		return fmt.Errorf("%w: job %d has tube name %q", record.ErrBad, r.ID, r.Tube)
+	case len(r.Body) < 2 || !bytes.HasSuffix(r.Body, crlf) || len(r.Body) > maxJobSize+2:
+		return fmt.Errorf("%w: job %d's body of %d bytes does not end in CRLF or is too large", record.ErrBad, r.ID, len(r.Body))
+	case r.TTR < 0 || r.Delay < 0 || r.Created < 0 || r.Deadline < 0:
+		return fmt.Errorf("%w: job %d has a negative time", record.ErrBad, r.ID)
+	}
+	return nil
 }
 
 // maxJobSize is the largest -z: no job of a group is larger.
@@ -208,7 +209,11 @@ func (f *FSM) appliedIndex() uint64 {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := &snapshot{m: f.m, maxID: f.live.MaxID, jobs: make([]snapJob, 0, len(f.live.Jobs)), leader: f.leaderID + "\x00" + f.leaderClient}
+	s := &snapshot{m: f.m, maxID: f.live.MaxID, jobs: make([]snapJob, 0, len(f.live.Jobs)), leader: f.leaderID + "\x00" + f.leaderClient,
+		pauses: f.pauseList()}
+	for _, id := range slices.Sorted(maps.Keys(f.clients)) {
+		s.clients = append(s.clients, id+"\x00"+f.clients[id])
+	}
 	for _, j := range f.live.Jobs {
 		s.jobs = append(s.jobs, snapJob{j: j, pri: j.Pri, state: j.State, delay: j.Delay, deadline: j.Deadline,
 			buriedSeq: j.BuriedSeq, counters: j.Counters})
@@ -218,18 +223,33 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 
 // The snapshot format: the magic, the highest id, the number of jobs, then
 // each job as a length-prefixed full record, then the latest leader's
-// announcement, length-prefixed.
-const snapMagic = "beanpole-cluster-1\n"
+// announcement, length-prefixed; then the number of nodes that have led
+// (u32) and each one's id and client address, NUL between them,
+// length-prefixed; then the number of paused tubes (u32) and each one's
+// pause record, length-prefixed. Lengths and numbers are little-endian,
+// lengths u32. A snapshot of the first format (snapMagic1) ends after the
+// announcement: it restores no pause and the announcing leader's client
+// address alone.
+const (
+	snapMagic  = "beanpole-cluster-2\n"
+	snapMagic1 = "beanpole-cluster-1\n"
+)
+
+// maxSnapString bounds a snapshot's announcement, client address entry
+// and pause record: tube names and addresses are far shorter.
+const maxSnapString = 1 << 16
 
 // maxSnapRecord bounds a snapshot record: the largest job (-z is at most
 // 1 GiB) with the longest tube name.
 const maxSnapRecord = 1<<30 + 1<<16
 
 type snapshot struct {
-	m      *metrics
-	maxID  uint64
-	jobs   []snapJob
-	leader string
+	m       *metrics
+	maxID   uint64
+	jobs    []snapJob
+	leader  string
+	clients []string // id NUL address
+	pauses  []record.Pause
 }
 
 // snapJob is a job as a snapshot holds it: the fields records change,
@@ -270,7 +290,19 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 	}
 	if err == nil {
 		buf = binary.LittleEndian.AppendUint32(buf[:0], uint32(len(s.leader)))
-		_, err = w.Write(append(buf, s.leader...))
+		buf = append(buf, s.leader...)
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(len(s.clients)))
+		for _, c := range s.clients {
+			buf = binary.LittleEndian.AppendUint32(buf, uint32(len(c)))
+			buf = append(buf, c...)
+		}
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(len(s.pauses)))
+		for i := range s.pauses {
+			at := len(buf)
+			buf = record.AppendPause(binary.LittleEndian.AppendUint32(buf, 0), &s.pauses[i])
+			binary.LittleEndian.PutUint32(buf[at:], uint32(len(buf)-at-4))
+		}
+		_, err = w.Write(buf)
 	}
 	if err == nil {
 		err = w.Flush()
@@ -300,7 +332,8 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 
 func (s *snapshot) Release() {}
 
-// Restore replaces the state with a snapshot's.
+// Restore replaces the state with a snapshot's. Every record and address
+// in it is checked as an entry's would be.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	r := bufio.NewReaderSize(rc, 256<<10)
@@ -308,13 +341,13 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if _, err := io.ReadFull(r, hdr); err != nil {
 		return fmt.Errorf("cluster: snapshot header: %w", err)
 	}
-	if string(hdr[:len(snapMagic)]) != snapMagic {
+	magic := string(hdr[:len(snapMagic)])
+	if magic != snapMagic && magic != snapMagic1 {
 		return errors.New("cluster: not a beanpole snapshot")
 	}
-	live, tubes := record.NewLive(), map[string]string{}
-	live.MaxID = binary.LittleEndian.Uint64(hdr[len(snapMagic):])
+	st := newState()
+	st.live.MaxID = binary.LittleEndian.Uint64(hdr[len(snapMagic):])
 	n := binary.LittleEndian.Uint64(hdr[len(snapMagic)+8:])
-	nf := &FSM{live: live, tubes: tubes}
 	var lenb [4]byte
 	var rec record.Record
 	for i := uint64(0); i < n; i++ {
@@ -332,21 +365,102 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		if err := record.Decode(p, &rec); err != nil || rec.Kind != record.KindFull {
 			return fmt.Errorf("cluster: snapshot job %d of %d is not a full record: %v", i+1, n, err)
 		}
-		live.Apply(&rec, nf.tube) // the body aliases p, which nothing else holds
+		st.apply(&rec) // the body aliases p, which nothing else holds
 	}
-	if _, err := io.ReadFull(r, lenb[:]); err != nil {
-		return fmt.Errorf("cluster: snapshot leader: %w", err)
-	}
-	lb := make([]byte, min(binary.LittleEndian.Uint32(lenb[:]), 1<<16))
-	if _, err := io.ReadFull(r, lb); err != nil {
-		return fmt.Errorf("cluster: snapshot leader: %w", err)
+	lb, err := snapString(r, "leader")
+	if err != nil {
+		return err
 	}
 	id, addr, _ := strings.Cut(string(lb), "\x00")
-	f.mu.Lock()
-	f.live, f.tubes = live, tubes
-	f.leaderID, f.leaderClient = id, addr
 	plain, _, _ := strings.Cut(addr, "\x00")
-	f.clients = map[string]string{id: plain}
+	clients := map[string]string{}
+	if id != "" {
+		clients[id] = plain
+	}
+	if magic == snapMagic {
+		if clients, err = restoreClients(r); err != nil {
+			return err
+		}
+		if err := restorePauses(r, &st); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	f.state = st
+	f.leaderID, f.leaderClient = id, addr
+	f.clients = clients
 	f.mu.Unlock()
+	return nil
+}
+
+// snapString reads one length-prefixed string of a snapshot.
+func snapString(r io.Reader, what string) ([]byte, error) {
+	var lenb [4]byte
+	if _, err := io.ReadFull(r, lenb[:]); err != nil {
+		return nil, fmt.Errorf("cluster: snapshot %s: %w", what, err)
+	}
+	n := binary.LittleEndian.Uint32(lenb[:])
+	if n > maxSnapString {
+		return nil, fmt.Errorf("cluster: snapshot %s claims %d bytes", what, n)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, fmt.Errorf("cluster: snapshot %s: %w", what, err)
+	}
+	return b, nil
+}
+
+// snapCount reads a u32 count of a snapshot.
+func snapCount(r io.Reader, what string) (uint32, error) {
+	var b [4]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return 0, fmt.Errorf("cluster: snapshot %s: %w", what, err)
+	}
+	return binary.LittleEndian.Uint32(b[:]), nil
+}
+
+// restoreClients reads a snapshot's client addresses of the nodes that
+// have led, each checked as a leader's announcement.
+func restoreClients(r io.Reader) (map[string]string, error) {
+	n, err := snapCount(r, "client addresses")
+	if err != nil {
+		return nil, err
+	}
+	clients := map[string]string{}
+	for i := uint32(0); i < n; i++ {
+		b, err := snapString(r, "client address")
+		if err != nil {
+			return nil, err
+		}
+		if err := validEntry(append([]byte{entryLeader}, b...)); err != nil {
+			return nil, fmt.Errorf("cluster: snapshot client address %d of %d: %w", i+1, n, err)
+		}
+		id, addr, _ := strings.Cut(string(b), "\x00")
+		clients[id] = addr
+	}
+	return clients, nil
+}
+
+// restorePauses reads a snapshot's pause records into st, each checked as
+// an entry's.
+func restorePauses(r io.Reader, st *state) error {
+	n, err := snapCount(r, "pauses")
+	if err != nil {
+		return err
+	}
+	var rec record.Record
+	for i := uint32(0); i < n; i++ {
+		b, err := snapString(r, "pause")
+		if err != nil {
+			return err
+		}
+		if err := record.Decode(b, &rec); err != nil || rec.Kind != record.KindPause {
+			return fmt.Errorf("cluster: snapshot pause %d of %d is not a pause record: %v", i+1, n, err)
+		}
+		if err := validPause(&rec); err != nil {
+			return fmt.Errorf("cluster: snapshot pause %d of %d: %w", i+1, n, err)
+		}
+		st.apply(&rec)
+	}
 	return nil
 }

@@ -153,6 +153,17 @@ func (j *Journal) Kick(id uint64, c record.Counters, ack record.Ack) error {
 	return j.end(at, ack)
 }
 
+// Pause queues a pause record (engine.PauseJournal): pauses are
+// replicated, so a new leader keeps them. ack may be nil.
+func (j *Journal) Pause(p *record.Pause, ack record.Ack) error {
+	at, err := j.begin()
+	if err != nil {
+		return err
+	}
+	j.entry = record.AppendPause(j.entry, p)
+	return j.end(at, ack)
+}
+
 // Rewrite is the binlog's compaction hook; raft compacts by snapshots, so
 // there is nothing to rewrite.
 func (j *Journal) Rewrite(*record.Job) error { return nil }

@@ -148,14 +148,19 @@ func Open(cfg Config) (*Node, error) {
 		}
 		links = newLinkLayer(advertised{ln, adv}, cfg.TLS, func() []string { return memberHosts(rp.Load(), cfg.Bootstrap) }, linkGreeting)
 		m.linksRefused = links.refused.Load
-		trans = raft.NewNetworkTransportWithLogger(links, 3, 10*time.Second, logger)
+		trans = raft.NewNetworkTransportWithLogger(links, linkPool, 10*time.Second, logger)
 	}
-	fenced := newFencedTransport(trans)
+	fenced := newFencedTransport(trans, cfg.ElectionTimeout)
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
 	rc.Logger = logger
 	rc.HeartbeatTimeout, rc.ElectionTimeout = cfg.HeartbeatTimeout, cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
+	// raft's own lease only decides when a leader that hears from no
+	// majority steps down; what it may answer rests on the fence
+	// (leaseOf, Leads). A whole heartbeat timeout, not half of one: with
+	// one node of three down, half a timeout of a starved follower's
+	// silence deposed a healthy leader, again and again on a loaded host.
+	rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout
 	rc.SnapshotThreshold = 8192
 	// Pre-vote: a node that was cut off and comes back with a higher term
 	// asks before it campaigns, and a healthy leader's followers say no,

@@ -18,6 +18,8 @@ package e2e
 //     is still there at the end (nothing acknowledged is lost).
 //
 // BEANPOLE_CLUSTER_RANDOM_DURATION (default 12s) sets the faulty phase.
+// The faults come in rounds, each kind once a round in a random order, so
+// that a long run injects every kind about as often.
 
 import (
 	"bufio"
@@ -284,9 +286,11 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 	faults := map[string]int{}
 	downtimes := map[string][]time.Duration{}
 	end := time.Now().Add(dur)
+	var order []int // the kinds of fault still to come in this round, each once
 	for time.Now().Before(end) {
 		time.Sleep(time.Duration(800+rand.IntN(1200)) * time.Millisecond)
 		lead := tc.agreedLeader()
+		tc.caughtUp(lead)
 		follower := tc.other(lead)
 		third := tc.other(lead, follower)
 		li, fi := tc.index(lead), tc.index(follower)
@@ -295,7 +299,7 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 			start, finish func()
 		}
 		nothing := func() {}
-		f := []fault{
+		fs := []fault{
 			{"kill -9 the leader", lead.srv.stop, nothing},
 			{"SIGSTOP, SIGCONT the leader", func() { lead.srv.signal(t, syscall.SIGSTOP) }, func() { lead.srv.signal(t, syscall.SIGCONT) }},
 			{"kill -9 a follower", follower.srv.stop, nothing},
@@ -305,8 +309,14 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 			{"delay the leader's links", func() { pt.slow(li, time.Duration(20+rand.IntN(180))*time.Millisecond) }, pt.heal},
 			{"stall the leader's links (left open, nothing passes)", func() { pt.stall(li) }, pt.heal},
 			{"stall a follower's links (left open, nothing passes)", func() { pt.stall(fi) }, pt.heal},
-		}[rand.IntN(9)]
+		}
+		if len(order) == 0 {
+			order = rand.Perm(len(fs))
+		}
+		f := fs[order[0]]
+		order = order[1:]
 		kind := f.kind
+		began := time.Now()
 		f.start()
 		// Availability: from the fault's start, puts through a node on
 		// the majority's side (one the fault does not touch) must be
@@ -318,6 +328,10 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 		faults[kind]++
 		d := <-avail
 		downtimes[kind] = append(downtimes[kind], d)
+		if d > availWithin()/2 {
+			t.Logf("%s at %s: a put through %s took %v; the nodes said meanwhile:\n%s", kind, began.UTC().Format(logStamp),
+				third.id, d.Round(time.Millisecond), tc.logsBetween(began.Add(-time.Second), began.Add(d)))
+		}
 		if d > availWithin() {
 			h.fail("a put through %s was acknowledged %v after a fault began, want within %v", third.id, d.Round(time.Millisecond), availWithin())
 		}
@@ -458,6 +472,44 @@ func putAgain(addr string) time.Duration {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return time.Since(start)
+}
+
+// caughtUp waits until every running node has applied what the leader
+// lead had committed when asked: a node restarted after the last fault is
+// still catching up before that, and a fault then would be its second.
+func (tc *testCluster) caughtUp(lead *clusterNode) {
+	tc.t.Helper()
+	committed := tc.status(lead).CommitIndex
+	waitFor(tc.t, 60*time.Second, "every node to catch up with the leader", func() bool {
+		for _, nd := range tc.nodes {
+			if nd.srv != nil && !exited(nd.srv) && tc.status(nd).AppliedIndex < committed {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// logStamp is the layout of the time that opens each of the server's log
+// lines.
+const logStamp = "2006-01-02T15:04:05.000"
+
+// logsBetween is every node's log lines stamped from since to until, each
+// line led by its node's id: what the nodes did while a put waited.
+func (tc *testCluster) logsBetween(since, until time.Time) string {
+	var b strings.Builder
+	for _, nd := range tc.nodes {
+		for _, line := range strings.Split(nd.srv.out.String(), "\n") {
+			if len(line) < len(logStamp) {
+				continue
+			}
+			at, err := time.Parse(logStamp, line[:len(logStamp)])
+			if err == nil && !at.Before(since.UTC()) && !at.After(until.UTC()) {
+				fmt.Fprintf(&b, "%s %s\n", nd.id, line)
+			}
+		}
+	}
+	return b.String()
 }
 
 // noneExitedOfItself fails the test when a node ended other than by the

@@ -408,25 +408,40 @@ func (c *Client) peekUsed(end func(*Tube) *Job) *Job {
 }
 
 // PauseTube stops reserves from a tube for delay; 0 unpauses it and wakes
-// its waiters. It reports false when the tube does not exist.
-func (e *Engine) PauseTube(name []byte, delay time.Duration) bool {
+// its waiters. It reports false when the tube does not exist. With a
+// journal that logs pauses (the cluster's), the pause is logged first
+// and an error (ErrNoRoom, ErrLogFailed) means nothing changed; the
+// reply waits for the record, as for any change.
+func (c *Client) PauseTube(name []byte, delay time.Duration) (bool, error) {
+	e := c.e
 	// Hold the registry lock until the tube's own lock is taken, so the
 	// tube cannot be freed in between and the pause lost.
 	e.reg.mu.Lock()
 	t := e.reg.byName[string(name)]
 	if t == nil {
 		e.reg.mu.Unlock()
-		return false
+		return false, nil
 	}
 	t.mu.Lock()
 	e.reg.mu.Unlock()
-	t.cmdPauseTube++
+	now := e.mono()
 	// 0 becomes 1 ns: "unpause now, and let the timer serve the waiters",
 	// upstream's fix for #113.
-	d := max(int64(delay), 1)
+	until := now + max(int64(delay), 1)
+	if e.pj != nil {
+		p := record.Pause{Tube: t.Name, Delay: delay}
+		if delay > 0 {
+			p.Until = e.wall(until)
+		}
+		if err := c.logged(e.pj.Pause(&p, c.ack())); err != nil {
+			t.mu.Unlock()
+			return true, err
+		}
+	}
+	t.cmdPauseTube++
 	t.pauseDur = int64(delay)
-	t.pauseUntil = e.mono() + d
+	t.pauseUntil = until
 	t.schedule(t.pauseUntil)
 	t.mu.Unlock()
-	return true
+	return true, nil
 }

@@ -28,6 +28,7 @@ type Engine struct {
 	draining    atomic.Bool
 	baseWall    int64 // wall-clock ns at base
 	jl          Journal
+	pj          PauseJournal           // jl, if it logs pauses
 	logFailure  atomic.Pointer[string] // the binlog's first failure
 	tubeSeq     atomic.Uint64          // hands out Tube.order
 	memLimit    int64                  // ceiling on job memory (memory.go); 0: none

@@ -28,6 +28,17 @@ type Journal interface {
 	FileOf(id uint64) uint64
 }
 
+// PauseJournal is a Journal that also logs pauses: the cluster's, which
+// replicates them so that a new leader keeps each tube's pause. The
+// binlog does not log them, as upstream does not: a restart forgets
+// pauses. Pause logs pause-tube (the tube is paused for delay, until the
+// wall-clock Unix ns until; 0 and 0: unpaused) under the tube's lock; ack
+// is as for Journal's calls, or nil when nobody waits for it (the pause of
+// a tube that was freed ends with the tube).
+type PauseJournal interface {
+	Pause(p *record.Pause, ack record.Ack) error
+}
+
 // Errors a change can fail with when there is a binlog. Nothing changed.
 var (
 	// ErrNoRoom: the log has no room for the record (disk full). Puts,
@@ -40,7 +51,10 @@ var (
 
 // SetJournal makes every acknowledged change go through j. It must be
 // called before any client exists.
-func (e *Engine) SetJournal(j Journal) { e.jl = j }
+func (e *Engine) SetJournal(j Journal) {
+	e.jl = j
+	e.pj, _ = j.(PauseJournal)
+}
 
 // journalState is a client's view of its own records in the log. seq
 // numbers count the client's records from 1; acks arrive in that order.
@@ -279,5 +293,35 @@ func (e *Engine) Restore(jobs []*record.Job, maxID uint64) {
 	}
 	if e.nextID.Load() < top {
 		e.nextID.Store(top)
+	}
+}
+
+// RestorePauses pauses the tubes the cluster's state holds pauses of,
+// each for what is left of it on this node's wall clock; a pause whose
+// end has passed is dropped. A paused tube that has no job is made (past
+// any memory ceiling, as Restore's tubes): it lives until its pause ends
+// or, as any tube, until the last client using or watching it lets go.
+// Call it after Restore, before any client connects; nothing is logged.
+func (e *Engine) RestorePauses(ps []record.Pause) {
+	now := e.mono()
+	for i := range ps {
+		p := &ps[i]
+		left := p.Until - e.wall(now)
+		if left <= 0 || p.Delay <= 0 {
+			continue
+		}
+		e.reg.mu.Lock()
+		t := e.reg.byName[p.Tube]
+		if t == nil {
+			t = newTube(e, []byte(p.Tube))
+			e.ctr.add(0, cTubeBytes, tubeCost(t.nameBytes))
+			e.reg.add(t)
+		}
+		t.mu.Lock()
+		e.reg.mu.Unlock()
+		t.pauseDur = int64(p.Delay)
+		t.pauseUntil = now + left
+		t.schedule(t.pauseUntil)
+		t.mu.Unlock()
 	}
 }

@@ -145,10 +145,11 @@ func whyNot(e *Engine, id uint64) error {
 // Pause pauses the named tube for d (0 unpauses it), as pause-tube.
 func (o *Operator) Pause(tube string, d time.Duration) error {
 	return o.do(func(c *Client) error {
-		if !c.e.PauseTube([]byte(tube), d) {
+		ok, err := c.PauseTube([]byte(tube), d)
+		if !ok {
 			return ErrNoTube
 		}
-		return nil
+		return err
 	})
 }
 

@@ -1,6 +1,10 @@
 package engine
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/beanpole/beanpole/record"
+)
 
 // registry owns the tube namespace. Tubes live as long as a connection uses
 // or watches them or a job is in them; "default" lives forever. The list
@@ -76,6 +80,11 @@ func (r *registry) freeIfUnusedLocked(t *Tube) {
 	empty := t.jobs == 0
 	if empty && t.timer != nil {
 		t.timer.Stop()
+	}
+	if empty && t.pauseUntil != 0 && t.e.pj != nil {
+		// Its pause ends with it (upstream's tube goes with its last
+		// reference): the replicated state forgets it too. Nobody waits.
+		_ = t.e.pj.Pause(&record.Pause{Tube: t.Name}, nil)
 	}
 	t.mu.Unlock()
 	if !empty {

@@ -105,7 +105,7 @@ func TestZeroTimeoutReserveInsideTheMarginIsDeadlineSoon(t *testing.T) {
 	c.Use([]byte("p"))
 	c.Watch([]byte("p"))
 	put(t, c, 0, 0, "b")
-	e.PauseTube([]byte("p"), 100*time.Second)
+	c.PauseTube([]byte("p"), 100*time.Second)
 	if _, o := c.Reserve(c.e.Now(), 0); o != DeadlineSoon {
 		t.Fatalf("reserve-with-timeout 0 inside the margin: outcome %v, want DeadlineSoon (%v)", o, DeadlineSoon)
 	}

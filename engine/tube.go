@@ -144,7 +144,8 @@ func (t *Tube) schedule(at int64) {
 }
 
 // fire runs on a timer goroutine: it promotes due delayed jobs, returns
-// jobs whose TTR ran out, ends an expired pause, serves waiters and re-arms.
+// jobs whose TTR ran out, ends an expired pause (and frees the tube if
+// nothing else holds it), serves waiters and re-arms.
 // It moves at most lockChunk jobs: when more are due (a million delayed
 // jobs put with the same delay), the timer is re-armed for now, and the
 // next chunk waits behind whoever was waiting for the lock.
@@ -170,8 +171,10 @@ func (t *Tube) fire() {
 		t.insertReady(j, now, shard)
 		n++
 	}
+	ended := false
 	if t.pauseUntil != 0 && now >= t.pauseUntil {
 		t.pauseUntil, t.pauseDur = 0, 0
+		ended = t.jobs == 0
 	}
 	t.serveWaiters(now, shard, &cl)
 	next := int64(never)
@@ -189,6 +192,11 @@ func (t *Tube) fire() {
 	}
 	t.mu.Unlock()
 	cl.deliver(nil)
+	if ended {
+		// A tube a new leader made for a pause alone (RestorePauses)
+		// goes with it, unless a client uses or watches it meanwhile.
+		t.e.reg.maybeFree(t)
+	}
 }
 
 // serveWaiters hands ready jobs to parked reservers, oldest waiter first.

@@ -113,7 +113,8 @@ func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Act
 			out.buf = append(out.buf, codec.RepNotIgnored...)
 		}
 	case codec.OpPauseTube:
-		s.ok(out, s.eng.PauseTube(cmd.Tube, time.Duration(cmd.Delay)*time.Second), codec.RepPaused)
+		ok, err := cl.PauseTube(cmd.Tube, time.Duration(cmd.Delay)*time.Second)
+		s.okErr(out, ok, err, codec.RepPaused)
 	case codec.OpStats:
 		var st codec.ServerStats
 		s.Stats(&st)

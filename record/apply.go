@@ -34,8 +34,8 @@ func NewLive() *Live { return &Live{Jobs: make(map[uint64]*Job)} }
 // record created or replaced, nil otherwise.
 func (l *Live) Apply(r *Record, tube func([]byte) string) *Job {
 	l.MaxID = max(l.MaxID, r.ID)
-	if r.Kind == KindHighWater {
-		return nil
+	if r.Kind == KindHighWater || r.Kind == KindPause {
+		return nil // a pause names no job: the cluster's state keeps pauses
 	}
 	j := l.Jobs[r.ID]
 	switch r.Kind {

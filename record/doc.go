@@ -1,7 +1,7 @@
 // Package record is the vocabulary every journal behind the engine shares:
 // a job as a full record carries it (Job, State, Counters), the encoding of
 // each kind of change as a payload (AppendFull, AppendDelete, AppendBury,
-// AppendKick, AppendRelease; Decode), how a payload folds into the set of
+// AppendKick, AppendRelease, AppendPause; Decode), how a payload folds into the set of
 // live jobs (Apply), and the Ack a journal calls when a change is as durable
 // as it promises. It imports nothing of beanpole's: the engine, the binlog
 // (persist) and the cluster journal (cluster) all import it, and none of

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// Job record payloads. Every payload starts with a kind byte and the job id,
-// so the log can route any record (pin, unpin, reserve space) without
-// decoding the rest. Update records carry absolute values, never deltas:
+// Record payloads. Every payload starts with a kind byte and the job id
+// (0 for a pause, which names no job), so the log can route any record
+// (pin, unpin, reserve space) without decoding the rest. Update records carry absolute values, never deltas:
 // replaying one twice, or after a full record that already includes it,
 // gives the same job. That is what keeps `buries` from growing on every
 // restart (upstream #668) and makes a compaction rewrite racing an update
@@ -23,9 +23,14 @@ import (
 //	Kind 4 kick      id u64, counters
 //	Kind 5 release   id u64, pri u32, delay i64, deadline i64, counters
 //	Kind 6 id mark   id u64 (high-water mark; written by the log itself)
+//	Kind 7 pause     id u64 (always 0), delay i64, deadline i64, tube (rest)
 //
 // Times are nanoseconds; created and deadline are wall-clock Unix
-// nanoseconds, because a restart cannot resume a monotonic clock.
+// nanoseconds, because a restart cannot resume a monotonic clock. A pause
+// record is pause-tube: the tube is paused for delay, until deadline, or,
+// with delay and deadline 0, no longer paused. Only the cluster's journal
+// writes it (pauses are replicated); the binlog does not, as upstream's
+// does not, and a replay of one ignores it.
 // counters = reserves, timeouts, releases, buries, kicks.
 type Kind uint8
 
@@ -36,6 +41,7 @@ const (
 	KindKick      Kind = 4
 	KindRelease   Kind = 5
 	KindHighWater Kind = 6
+	KindPause     Kind = 7
 )
 
 func (k Kind) String() string {
@@ -52,6 +58,8 @@ func (k Kind) String() string {
 		return "release"
 	case KindHighWater:
 		return "id-mark"
+	case KindPause:
+		return "pause"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -85,6 +93,7 @@ const (
 	kickSize       = 1 + 8 + countersSize
 	releaseSize    = 1 + 8 + 4 + 8 + 8 + countersSize
 	HighWaterSize  = 1 + 8
+	pauseFixedSize = 1 + 8 + 8 + 8
 	MinPayloadSize = DeleteSize
 )
 
@@ -212,6 +221,26 @@ func AppendHighWater(dst []byte, id uint64) []byte {
 	return binary.LittleEndian.AppendUint64(dst, id)
 }
 
+// Pause is a tube's pause as a pause record carries it.
+type Pause struct {
+	Tube string
+	// Delay is as given to pause-tube (stats-tube's pause).
+	Delay time.Duration
+	// Until is the wall-clock Unix ns at which the pause ends.
+	Until int64
+}
+
+// AppendPause appends a pause record: p.Tube is paused for p.Delay, until
+// p.Until; a Delay of 0 (and an Until of 0) unpauses it. Tube names
+// longer than 65535 bytes are cut (the protocol allows 200).
+func AppendPause(dst []byte, p *Pause) []byte {
+	dst = append(dst, byte(KindPause))
+	dst = binary.LittleEndian.AppendUint64(dst, 0)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(p.Delay))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(p.Until))
+	return append(dst, p.Tube[:min(len(p.Tube), math.MaxUint16)]...)
+}
+
 func appendCounters(dst []byte, c Counters) []byte {
 	dst = binary.LittleEndian.AppendUint32(dst, c.Reserves)
 	dst = binary.LittleEndian.AppendUint32(dst, c.Timeouts)
@@ -274,6 +303,14 @@ func Peek(p []byte) (Kind, uint64, error) {
 		want = releaseSize
 	case KindHighWater:
 		want = HighWaterSize
+	case KindPause:
+		if len(p) <= pauseFixedSize || len(p) > pauseFixedSize+math.MaxUint16 {
+			return 0, 0, fmt.Errorf("%w: pause record of %d bytes", ErrBad, len(p))
+		}
+		if id := binary.LittleEndian.Uint64(p[1:]); id != 0 {
+			return 0, 0, fmt.Errorf("%w: pause record names job %d", ErrBad, id)
+		}
+		want = len(p)
 	default:
 		return 0, 0, fmt.Errorf("%w: unknown kind %d", ErrBad, p[0])
 	}
@@ -318,6 +355,10 @@ func Decode(p []byte, r *Record) error {
 		r.Delay = int64(binary.LittleEndian.Uint64(b[4:]))
 		r.Deadline = int64(binary.LittleEndian.Uint64(b[12:]))
 		r.Counters = readCounters(b[20:])
+	case KindPause:
+		r.Delay = int64(binary.LittleEndian.Uint64(b[0:]))
+		r.Deadline = int64(binary.LittleEndian.Uint64(b[8:]))
+		r.Tube = b[16:]
 	}
 	return nil
 }

@@ -35,13 +35,17 @@ func TestRecordRoundTrip(t *testing.T) {
 		{AppendRelease(nil, 6, 99, 0, 0, c), Record{Kind: KindRelease, ID: 6, Pri: 99, Counters: c}},
 		{AppendRelease(nil, 6, 99, time.Second, 123, c), Record{Kind: KindRelease, ID: 6, Pri: 99, Delay: int64(time.Second), Deadline: 123, Counters: c}},
 		{AppendHighWater(nil, 1<<40), Record{Kind: KindHighWater, ID: 1 << 40}},
+		{AppendPause(nil, &Pause{Tube: "emails", Delay: time.Minute, Until: 1_700_000_060_000_000_000}),
+			Record{Kind: KindPause, Delay: int64(time.Minute), Deadline: 1_700_000_060_000_000_000, Tube: []byte("emails")}},
+		{AppendPause(nil, &Pause{Tube: "t"}), Record{Kind: KindPause, Tube: []byte("t")}},
 	}
 	for _, tc := range cases {
 		if err := Decode(tc.b, &r); err != nil {
 			t.Fatalf("%v: %v", tc.want.Kind, err)
 		}
 		if r.Kind != tc.want.Kind || r.ID != tc.want.ID || r.Pri != tc.want.Pri || r.BuriedSeq != tc.want.BuriedSeq ||
-			r.Delay != tc.want.Delay || r.Deadline != tc.want.Deadline || r.Counters != tc.want.Counters {
+			r.Delay != tc.want.Delay || r.Deadline != tc.want.Deadline || r.Counters != tc.want.Counters ||
+			string(r.Tube) != string(tc.want.Tube) {
 			t.Fatalf("decoded %+v, want %+v", r, tc.want)
 		}
 	}
@@ -50,13 +54,19 @@ func TestRecordRoundTrip(t *testing.T) {
 func TestPeekRejectsMalformed(t *testing.T) {
 	full := AppendFull(nil, &Job{ID: 1, Tube: "t", State: StateReady, Body: []byte("x")})
 	for name, b := range map[string][]byte{
-		"empty":        nil,
-		"short":        {1, 2, 3},
-		"unknown kind": append([]byte{99}, make([]byte, 8)...),
-		"long delete":  append(AppendDelete(nil, 1), 0),
-		"short bury":   AppendBury(nil, 1, 0, 0, Counters{})[:burySize-1],
-		"short full":   full[:fullFixedSize-1],
-		"tube overrun": full[:fullFixedSize],
+		"empty":          nil,
+		"short":          {1, 2, 3},
+		"unknown kind":   append([]byte{99}, make([]byte, 8)...),
+		"long delete":    append(AppendDelete(nil, 1), 0),
+		"short bury":     AppendBury(nil, 1, 0, 0, Counters{})[:burySize-1],
+		"short full":     full[:fullFixedSize-1],
+		"tube overrun":   full[:fullFixedSize],
+		"pause, no tube": AppendPause(nil, &Pause{Tube: "t", Delay: 1, Until: 2})[:pauseFixedSize],
+		"pause of a job": func() []byte {
+			b := AppendPause(nil, &Pause{Tube: "t", Delay: 1, Until: 2})
+			b[1] = 5
+			return b
+		}(),
 	} {
 		if _, _, err := Peek(b); !errors.Is(err, ErrBad) {
 			t.Errorf("%s: err %v, want ErrBad", name, err)
@@ -66,5 +76,18 @@ func TestPeekRejectsMalformed(t *testing.T) {
 	var r Record
 	if err := Decode(bad, &r); !errors.Is(err, ErrBad) {
 		t.Errorf("state 9: err %v", err)
+	}
+}
+
+// TestApplyIgnoresPause: a pause names no job, so the set of live jobs
+// is the same with or without one (a binlog replay ignores it).
+func TestApplyIgnoresPause(t *testing.T) {
+	l := NewLive()
+	var r Record
+	if err := Decode(AppendPause(nil, &Pause{Tube: "t", Delay: time.Second, Until: 5}), &r); err != nil {
+		t.Fatal(err)
+	}
+	if j := l.Apply(&r, func(b []byte) string { return string(b) }); j != nil || len(l.Jobs) != 0 || l.Orphans != 0 || l.MaxID != 0 {
+		t.Fatalf("a pause changed the live jobs: %+v", l)
 	}
 }

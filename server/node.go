@@ -37,9 +37,9 @@ func (s *Server) runNode() int {
 	}
 	s.hup.node.Store(node)
 	// From here on the node takes Drain and Stop: following takes a stop
-	// and ignores a drain (it means nothing to a node whose clients are
-	// served elsewhere); leading, serve takes both. A signal sent once
-	// the node says it leads is never lost.
+	// and remembers a drain (the node's clients are served elsewhere; it
+	// drains each time it leads); leading, serve takes both. A signal
+	// sent once the node says it leads is never lost.
 	s.takes(CallDrain)
 	s.takes(CallStop)
 	seeded := false
@@ -92,6 +92,7 @@ func (s *Server) runNode() int {
 		}
 		jobs, maxID := node.FSM.State()
 		eng.Restore(jobs, maxID)
+		eng.RestorePauses(node.FSM.Pauses())
 		eng.SetJournal(jl)
 		log.Info().Str("node", cfg.NodeID).Int("jobs", len(jobs)).Uint64("max-id", maxID).Msg("cluster: leading")
 		warnFewIDs(log, maxID)
@@ -166,7 +167,9 @@ func (s *Server) follow(node *cluster.Node) (jl *cluster.Journal, stopped bool, 
 				return
 			case c := <-s.calls:
 				if !c.stop {
-					s.log.Info().Msg("drain mode (SIGUSR1) is ignored while following: this node serves no client itself")
+					s.draining.Store(true)
+					s.log.Info().Msg("drain mode (SIGUSR1): this node refuses puts whenever it leads, until it restarts; " +
+						"the group drains once every member is told")
 					continue
 				}
 				stopped = true

@@ -63,6 +63,9 @@ func (s *Server) runSingle() int {
 // then the clients' connections are closed, as a beanstalkd death closes
 // them, and the listeners are left open for the node to forward again.
 func (s *Server) serve(eng *engine.Engine, blog *persist.Log, node *cluster.Node) (code int, lost bool) {
+	if s.draining.Load() {
+		eng.SetDraining() // a drain asked for before this term still holds
+	}
 	var deposed <-chan struct{}
 	if node != nil {
 		deposed = node.LostLeadership()
@@ -81,7 +84,11 @@ func (s *Server) serve(eng *engine.Engine, blog *persist.Log, node *cluster.Node
 	}
 	adm := s.adm
 	adm.SetSource(statsSource{srv: srv, eng: eng, blog: blog, tls: s.tlsLn != nil}, eng)
-	adm.SetState(admin.Ready)
+	if eng.Draining() {
+		adm.SetState(admin.Draining)
+	} else {
+		adm.SetState(admin.Ready)
+	}
 	if err := config.SdNotify("READY=1"); err != nil {
 		s.log.Warn().Err(err).Msg("could not tell systemd the server is ready")
 	}
@@ -91,6 +98,7 @@ func (s *Server) serve(eng *engine.Engine, blog *persist.Log, node *cluster.Node
 		case c := <-s.calls:
 			if !c.stop {
 				// Drain mode, as upstream: puts are refused from now on.
+				s.draining.Store(true)
 				eng.SetDraining()
 				adm.SetState(admin.Draining)
 				s.log.Info().Msg("drain mode (SIGUSR1): puts are refused from now on")

@@ -71,10 +71,13 @@ type Server struct {
 	hup                 *reloader
 	loops               int
 	// calls receive Drain and Stop; what serves at the time acts on them
-	// (follow ignores a drain).
+	// (follow remembers a drain).
 	calls   chan call
 	eng     atomic.Pointer[engine.Engine] // the engine serving, for the memory releaser
 	memOnce sync.Once
+
+	// draining: Drain came; every engine the server serves after drains.
+	draining atomic.Bool
 }
 
 // call is a Drain, or a Stop (stop) asked for by why (the log names it as
@@ -164,7 +167,8 @@ func (s *Server) Run() int {
 }
 
 // Drain enters drain mode, as SIGUSR1 does: puts are refused from then
-// on. A cluster node that follows ignores it (it serves no client itself).
+// on. A cluster node that follows remembers it, and drains each time it
+// leads.
 func (s *Server) Drain() { s.calls <- call{} }
 
 // Stop stops the server gracefully, as SIGTERM and SIGINT do: no new
