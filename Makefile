@@ -43,7 +43,7 @@ test: vet
 # latency that mean nothing under -race; GORACE is left at its defaults,
 # halt_on_error=0 (why: e2e/harness_test.go, "The race detector").
 race:
-	$(GO) test -count=1 -race ./engine/... ./loop/... ./codec/... ./persist/... ./admin/...
+	$(GO) test -count=1 -race ./engine/... ./loop/... ./codec/... ./persist/... ./admin/... ./server/...
 	cd third_party/gnet && $(GO) test -count=1 -race -run Patch .
 	$(GO) build -race -o bin/beanpole-race .
 	cd e2e && BEANPOLE_TEST_BIN=$(CURDIR)/bin/beanpole-race $(GO) test -count=1 .

@@ -32,8 +32,8 @@ import (
 //
 // A node that sees itself in the group's configuration notes it in its
 // directory (memberFile); once it has, a configuration without it means it
-// was removed: Removed is closed and the process exits (ExitRemoved in the
-// main package), instead of lingering as a follower of nothing.
+// was removed: Removed is closed and the process exits (package server
+// returns config.ExitRemoved), instead of lingering as a follower of nothing.
 
 const (
 	// maxTrailing is how many entries a non-voter may lag the leader's

@@ -4,33 +4,15 @@ import (
 	"context"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/beanpole/beanpole/codec"
 	"github.com/beanpole/beanpole/engine"
+	"github.com/beanpole/beanpole/internal/logbuf"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 )
-
-// lockedBuffer is a log destination the loops may write to concurrently.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // startLoops runs a server with the given loops, serving a loopback
 // listener, and returns it with the listener's address.
@@ -129,7 +111,7 @@ func TestEnrolmentsWhileLoopsAreBusyAreSpreadEvenly(t *testing.T) {
 // is counted as refused and logged, at most once a second. It used to be
 // closed without a trace.
 func TestRegistrationFailureIsCountedAndLogged(t *testing.T) {
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	srv, _ := startLoops(t, 1, zerolog.New(&logs))
 	start := time.Now()
 	for range 3 {

@@ -1,9 +1,6 @@
-package main
+package server
 
 import (
-	"bytes"
-	"errors"
-	"os"
 	"time"
 
 	"github.com/beanpole/beanpole/codec"
@@ -58,16 +55,3 @@ func (s statsSource) Latency(name []byte) (wait, run engine.Histogram, ok bool) 
 }
 
 func (s statsSource) Memory(k engine.MemKind) int64 { return s.eng.Memory(k) }
-
-// readToken reads the dashboard's token: the file's content without
-// surrounding white space, which must leave something.
-func readToken(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	if b = bytes.TrimSpace(b); len(b) == 0 {
-		return nil, errors.New(path + " is empty")
-	}
-	return b, nil
-}

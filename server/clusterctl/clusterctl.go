@@ -1,4 +1,7 @@
-package main
+// Package clusterctl is `beanpole cluster`: a client of a cluster node's
+// HTTP side (/cluster) that shows the group and changes it. A node's
+// --join asks its member through the same client.
+package clusterctl
 
 import (
 	"bytes"
@@ -12,6 +15,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/beanpole/beanpole/config"
 )
 
 const clusterUsage = `Use: beanpole cluster COMMAND --http HOST:PORT [--tls-ca FILE] [--token-file FILE] [ARGS]
@@ -40,9 +45,9 @@ usually the nodes' --tls-client-ca; without it the system's CAs are used.
                                  most up-to-date one)
 `
 
-// runCluster is `beanpole cluster`. Exit status: 0 done, 1 refused or
+// Main is `beanpole cluster`, given the arguments after "cluster". Exit status: 0 done, 1 refused or
 // failed, 5 a usage error.
-func runCluster(args []string, stdout, stderr io.Writer) int {
+func Main(args []string, stdout, stderr io.Writer) int {
 	usage := func(msg string) int {
 		fmt.Fprintf(stderr, "beanpole cluster: %s\n%s", msg, clusterUsage)
 		return 5
@@ -89,16 +94,16 @@ func runCluster(args []string, stdout, stderr io.Writer) int {
 	var token []byte
 	if f := opts["--token-file"]; f != "" {
 		var err error
-		if token, err = readToken(f); err != nil {
+		if token, err = config.ReadToken(f); err != nil {
 			fmt.Fprintf(stderr, "beanpole cluster: --token-file: %v\n", err)
 			return 1
 		}
 	}
-	client := clusterClient(conf)
+	client := Client(conf)
 	form := url.Values{}
 	switch cmd {
 	case "status":
-		return clusterRequest(client, http.MethodGet, base, "/cluster", string(token), nil, stdout, stderr)
+		return Request(client, http.MethodGet, base, "/cluster", string(token), nil, stdout, stderr)
 	case "add":
 		if opts["--id"] == "" || opts["--raft"] == "" {
 			return usage("add needs --id and --raft")
@@ -117,7 +122,7 @@ func runCluster(args []string, stdout, stderr io.Writer) int {
 	default:
 		return usage(fmt.Sprintf("unknown command %q", cmd))
 	}
-	return clusterRequest(client, http.MethodPost, base, "/cluster/"+cmd, string(token), form, stdout, stderr)
+	return Request(client, http.MethodPost, base, "/cluster/"+cmd, string(token), form, stdout, stderr)
 }
 
 // trustConfig is the TLS configuration of a client that trusts the CAs in
@@ -137,16 +142,16 @@ func trustConfig(caFile string) (*tls.Config, error) {
 	return conf, nil
 }
 
-// clusterClient is the HTTP client of `beanpole cluster` and --join, with
+// Client is the HTTP client of `beanpole cluster` and --join, with
 // conf for HTTPS.
-func clusterClient(conf *tls.Config) *http.Client {
+func Client(conf *tls.Config) *http.Client {
 	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: conf}}
 }
 
-// clusterRequest sends one request to a node's HTTP side (base is
+// Request sends one request to a node's HTTP side (base is
 // http://HOST:PORT or https://HOST:PORT) and prints the answer: on stdout
 // when it succeeded, on stderr (exit 1) otherwise.
-func clusterRequest(client *http.Client, method, base, path, token string, form url.Values, stdout, stderr io.Writer) int {
+func Request(client *http.Client, method, base, path, token string, form url.Values, stdout, stderr io.Writer) int {
 	req, err := http.NewRequest(method, base+path, strings.NewReader(form.Encode()))
 	if err != nil {
 		fmt.Fprintf(stderr, "beanpole cluster: %v\n", err)

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -20,6 +18,7 @@ import (
 	"github.com/beanpole/beanpole/cluster"
 	"github.com/beanpole/beanpole/config"
 	"github.com/beanpole/beanpole/persist"
+	"github.com/beanpole/beanpole/server/clusterctl"
 )
 
 // runNode runs a node of the group (--cluster-dir) until a stop: it
@@ -30,33 +29,33 @@ import (
 // server dies, and reconnects) and follows again, in the same process:
 // raft goes on all the while, so the node keeps voting and the group
 // keeps its majority.
-func (p *process) runNode(hup *reloader) int {
-	cfg, log := p.cfg, p.log
-	node, code := p.openNode()
+func (s *Server) runNode() int {
+	cfg, log := s.cfg, s.log
+	node, code := s.openNode()
 	if node == nil {
 		return code
 	}
-	hup.node.Store(node)
-	// From here on SIGUSR1, SIGTERM and SIGINT come to p.sigs: following
-	// takes a stop and remembers a drain (the node's clients are served
-	// elsewhere; it drains each time it leads); leading, the server's own
-	// handling takes both. A signal sent once the node says it leads is
-	// never lost.
-	signal.Notify(p.sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
+	s.hup.node.Store(node)
+	// From here on the node takes Drain and Stop: following takes a stop
+	// and remembers a drain (the node's clients are served elsewhere; it
+	// drains each time it leads); leading, serve takes both. A signal
+	// sent once the node says it leads is never lost.
+	s.takes(CallDrain)
+	s.takes(CallStop)
 	seeded := false
 	for {
-		jl, stopped, err := p.follow(node)
+		jl, stopped, err := s.follow(node)
 		if errors.Is(err, errRemoved) {
 			if jl != nil {
 				node.StepDown(jl)
 			}
 			node.Close()
-			fmt.Fprintf(p.stderr, "beanpole: %v\n", err)
+			fmt.Fprintf(s.stderr, "beanpole: %v\n", err)
 			return config.ExitRemoved
 		}
 		if err != nil {
 			node.Close()
-			fmt.Fprintf(p.stderr, "beanpole: %v\n", err)
+			fmt.Fprintf(s.stderr, "beanpole: %v\n", err)
 			return 1
 		}
 		if stopped {
@@ -67,25 +66,25 @@ func (p *process) runNode(hup *reloader) int {
 			return 0
 		}
 		if cfg.ClusterImport != "" && !seeded {
-			if code := seed(node, cfg.ClusterImport, log, p.stderr); code != 0 {
+			if code := seed(node, cfg.ClusterImport, log, s.stderr); code != 0 {
 				node.Close()
 				return code
 			}
 			seeded = true
 		}
 		var self, selfTLS string
-		if ln, _ := clientListener(p.lns); ln != nil {
+		if ln, _ := clientListener(s.lns); ln != nil {
 			self = clientAddr(ln, cfg.RaftAddr)
 		}
-		if p.tlsLn != nil {
-			selfTLS = clientAddr(p.tlsLn, cfg.RaftAddr)
+		if s.tlsLn != nil {
+			selfTLS = clientAddr(s.tlsLn, cfg.RaftAddr)
 		}
 		if err := node.Announce(self, selfTLS); err != nil {
 			log.Warn().Err(err).Msg("cluster: could not announce this node as the leader; it follows again")
 			node.StepDown(jl)
 			continue
 		}
-		eng, code := p.newEngine()
+		eng, code := s.newEngine()
 		if code != 0 {
 			node.StepDown(jl)
 			node.Close()
@@ -97,7 +96,7 @@ func (p *process) runNode(hup *reloader) int {
 		eng.SetJournal(jl)
 		log.Info().Str("node", cfg.NodeID).Int("jobs", len(jobs)).Uint64("max-id", maxID).Msg("cluster: leading")
 		warnFewIDs(log, maxID)
-		code, lost := p.serve(eng, nil, node)
+		code, lost := s.serve(eng, nil, node)
 		node.StepDown(jl)
 		if !lost {
 			return code
@@ -108,32 +107,32 @@ func (p *process) runNode(hup *reloader) int {
 // openNode opens this node of the group and, on its first start with
 // --join, asks a member to add it. With the links' TLS files, the links
 // between nodes use mutual TLS with the files loaded last.
-func (p *process) openNode() (*cluster.Node, int) {
-	cfg := p.cfg
+func (s *Server) openNode() (*cluster.Node, int) {
+	cfg := s.cfg
 	var members []cluster.Member
 	if cfg.Bootstrap != "" {
 		var err error
 		if members, err = cluster.ParseMembers(cfg.Bootstrap); err != nil {
-			fmt.Fprintf(p.stderr, "beanpole: --bootstrap: %v\n", err)
+			fmt.Fprintf(s.stderr, "beanpole: --bootstrap: %v\n", err)
 			return nil, config.ExitUsage
 		}
 	}
 	var nodeTLS func() *tls.Config
-	if files := p.linkFiles; files != nil {
+	if files := s.linkFiles; files != nil {
 		nodeTLS = func() *tls.Config {
 			c := files.Loaded()
 			return cluster.NodeTLS(c.Certificates[0], c.ClientCAs)
 		}
 	}
 	node, err := cluster.Open(cluster.Config{ID: cfg.NodeID, Dir: cfg.ClusterDir, Raft: cfg.RaftAddr,
-		Bootstrap: members, TLS: nodeTLS, Log: p.log})
+		Bootstrap: members, TLS: nodeTLS, Log: s.log})
 	if err != nil {
-		fmt.Fprintf(p.stderr, "beanpole: %v\n", err)
+		fmt.Fprintf(s.stderr, "beanpole: %v\n", err)
 		return nil, 1
 	}
-	p.adm.SetCluster(node)
+	s.adm.SetCluster(node)
 	if cfg.Join != "" && node.Fresh {
-		if code := join(cfg, nodeTLS, p.stderr); code != 0 {
+		if code := join(cfg, nodeTLS, s.stderr); code != 0 {
 			node.Close()
 			return nil, code
 		}
@@ -146,14 +145,14 @@ var errRemoved = errors.New("cluster: this node was removed from the group, so i
 	"to bring it back, empty its --cluster-dir and start it with --join")
 
 // follow forwards the node's clients to the leader until this node leads
-// (it returns the journal of its term) or a SIGTERM or SIGINT stops it
+// (it returns the journal of its term) or a Stop stops it
 // (stopped; the journal too if the node took the lead meanwhile), or it
 // finds itself removed from the group (errRemoved; the journal too).
-func (p *process) follow(node *cluster.Node) (jl *cluster.Journal, stopped bool, err error) {
-	p.adm.SetState(admin.Following)
-	fw := node.Forward(p.lns, p.tlsLn, reserveFDs(p.cfg))
+func (s *Server) follow(node *cluster.Node) (jl *cluster.Journal, stopped bool, err error) {
+	s.adm.SetState(admin.Following)
+	fw := node.Forward(s.lns, s.tlsLn, reserveFDs(s.cfg))
 	defer fw.Stop()
-	p.log.Info().Str("node", p.cfg.NodeID).Str("raft", p.cfg.RaftAddr).Msg("cluster: following; clients are forwarded to the leader")
+	s.log.Info().Str("node", s.cfg.NodeID).Str("raft", s.cfg.RaftAddr).Msg("cluster: following; clients are forwarded to the leader")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done, watched := make(chan struct{}), make(chan struct{})
@@ -166,10 +165,10 @@ func (p *process) follow(node *cluster.Node) (jl *cluster.Journal, stopped bool,
 				removed = true
 				cancel()
 				return
-			case sig := <-p.sigs:
-				if sig == syscall.SIGUSR1 {
-					p.draining.Store(true)
-					p.log.Info().Msg("drain mode (SIGUSR1): this node refuses puts whenever it leads, until it restarts; " +
+			case c := <-s.calls:
+				if !c.stop {
+					s.draining.Store(true)
+					s.log.Info().Msg("drain mode (SIGUSR1): this node refuses puts whenever it leads, until it restarts; " +
 						"the group drains once every member is told")
 					continue
 				}
@@ -227,7 +226,7 @@ func seed(node *cluster.Node, dir string, log zerolog.Logger, stderr io.Writer) 
 func join(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer) int {
 	var token string
 	if cfg.HTTPTokenFile != "" {
-		b, err := readToken(cfg.HTTPTokenFile)
+		b, err := config.ReadToken(cfg.HTTPTokenFile)
 		if err != nil {
 			fmt.Fprintf(stderr, "beanpole: --http-token-file: %v\n", err)
 			return 1
@@ -238,9 +237,9 @@ func join(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer) int 
 	if nodeTLS != nil {
 		conf = nodeTLS()
 	}
-	client := clusterClient(conf)
+	client := clusterctl.Client(conf)
 	form := url.Values{"id": {cfg.NodeID}, "raft": {cfg.RaftAddr}}
-	if code := clusterRequest(client, http.MethodPost, cfg.JoinURL(), "/cluster/add", token, form, io.Discard, stderr); code != 0 {
+	if code := clusterctl.Request(client, http.MethodPost, cfg.JoinURL(), "/cluster/add", token, form, io.Discard, stderr); code != 0 {
 		fmt.Fprintf(stderr, "beanpole: --join %s: this node was not added, or the leader cannot reach it at --raft %s (above)\n", cfg.Join, cfg.RaftAddr)
 		return code
 	}

@@ -1,4 +1,7 @@
-package main
+// Package binlogimport is `beanpole import`: upstream beanstalkd's binlog
+// carried over into beanpole's own log (persist.Import) on its own, no
+// server.
+package binlogimport
 
 import (
 	"fmt"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/beanpole/beanpole/config"
 	"github.com/beanpole/beanpole/persist"
+	"github.com/beanpole/beanpole/server"
 )
 
 const importUsage = `Use: beanpole import -b DIR [--from SRC] [--dry-run] [--accept-damage]
@@ -37,12 +41,11 @@ error, 10 a running server holds the directory, 73 a directory is on a
 read-only file system, 77 permission denied.
 `
 
-// runImport is `beanpole import`: the import of an upstream beanstalkd
-// binlog (persist.Import) on its own, no server. It returns the exit
-// status: 0 done (or nothing to do), 1 refused or failed, 5 a usage
+// Main is `beanpole import`, given the arguments after "import". It
+// returns the exit status: 0 done (or nothing to do), 1 refused or failed, 5 a usage
 // error, 10 the directory is in use by a running server, 73 or 77 a
-// directory is read-only or not permitted (binlogFailure).
-func runImport(args []string, stdout, stderr io.Writer) int {
+// directory is read-only or not permitted (server.BinlogFailure).
+func Main(args []string, stdout, stderr io.Writer) int {
 	dir, from, dry, accept := "", "", false, false
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; {
@@ -80,34 +83,13 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "beanpole import: --from %s is -b's directory: leave --from out to import in place\n", from)
 		return config.ExitUsage
 	}
-	fail := func(d string, err error) int { return binlogFailure(stderr, "beanpole import", d, err, 1) }
+	fail := func(d string, err error) int { return server.BinlogFailure(stderr, "beanpole import", d, err, 1) }
 
 	if dry {
-		src := dir
-		if from != "" {
-			src = from
-		}
-		rep, err := persist.PlanImport(src)
-		if err != nil {
-			return fail(src, err)
-		}
-		if rep == nil {
-			fmt.Fprintf(stdout, "%s holds no upstream beanstalkd binlog: nothing to import\n", src)
-			return 0
-		}
-		fmt.Fprint(stdout, rep)
-		if len(rep.Refused()) > 0 {
-			cmd := "-b " + dir
-			if from != "" {
-				cmd = "--from " + from + " " + cmd
-			}
-			fmt.Fprintf(stdout, "beanpole would refuse to start on this damage; `beanpole import %s --accept-damage` imports what can be read, as beanstalkd would start\n", cmd)
-		}
-		fmt.Fprintln(stdout, "dry run: nothing changed")
-		return 0
+		return dryRun(dir, from, stdout, stderr)
 	}
 
-	log := newLogger(stderr, 0, false)
+	log := server.NewLogger(stderr, 0, false)
 	if from != "" {
 		copied, code := copyUpstream(from, dir, accept, stdout, stderr)
 		if code != 0 || copied == 0 {
@@ -135,6 +117,33 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// dryRun says what importing dir's binlog (or from's, into dir) would
+// carry over, changing nothing.
+func dryRun(dir, from string, stdout, stderr io.Writer) int {
+	src := dir
+	if from != "" {
+		src = from
+	}
+	rep, err := persist.PlanImport(src)
+	if err != nil {
+		return server.BinlogFailure(stderr, "beanpole import", src, err, 1)
+	}
+	if rep == nil {
+		fmt.Fprintf(stdout, "%s holds no upstream beanstalkd binlog: nothing to import\n", src)
+		return 0
+	}
+	fmt.Fprint(stdout, rep)
+	if len(rep.Refused()) > 0 {
+		cmd := "-b " + dir
+		if from != "" {
+			cmd = "--from " + from + " " + cmd
+		}
+		fmt.Fprintf(stdout, "beanpole would refuse to start on this damage; `beanpole import %s --accept-damage` imports what can be read, as beanstalkd would start\n", cmd)
+	}
+	fmt.Fprintln(stdout, "dry run: nothing changed")
+	return 0
+}
+
 // copyUpstream copies the binlog.N files of upstream beanstalkd's binlog in
 // src into dst, reading src only, for persist.Import to import there. It
 // refuses, copying nothing, when beanstalkd still holds src, when the
@@ -144,7 +153,7 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 func copyUpstream(src, dst string, accept bool, stdout, stderr io.Writer) (int, int) {
 	rep, err := persist.PlanImport(src)
 	if err != nil {
-		return 0, binlogFailure(stderr, "beanpole import", src, err, 1)
+		return 0, server.BinlogFailure(stderr, "beanpole import", src, err, 1)
 	}
 	if rep == nil || rep.Interrupted {
 		fmt.Fprintf(stdout, "%s holds no upstream beanstalkd binlog: nothing to import\n", src)
@@ -161,7 +170,7 @@ func copyUpstream(src, dst string, accept bool, stdout, stderr io.Writer) (int, 
 	}
 	names, err := persist.UpstreamFiles(src)
 	if err != nil {
-		return 0, binlogFailure(stderr, "beanpole import", src, err, 1)
+		return 0, server.BinlogFailure(stderr, "beanpole import", src, err, 1)
 	}
 	if have, _ := filepath.Glob(filepath.Join(dst, "binlog.*")); len(have) > 0 {
 		fmt.Fprintf(stderr, "beanpole import: -b %s already holds a binlog (%s): --from imports only into a directory without one (`beanpole import -b %s` imports or finishes what is there)\n",
@@ -170,11 +179,11 @@ func copyUpstream(src, dst string, accept bool, stdout, stderr io.Writer) (int, 
 	}
 	for _, name := range names {
 		if err := copyFile(name, filepath.Join(dst, filepath.Base(name))); err != nil {
-			return 0, binlogFailure(stderr, "beanpole import", dst, err, 1)
+			return 0, server.BinlogFailure(stderr, "beanpole import", dst, err, 1)
 		}
 	}
 	if err := syncDir(dst); err != nil {
-		return 0, binlogFailure(stderr, "beanpole import", dst, err, 1)
+		return 0, server.BinlogFailure(stderr, "beanpole import", dst, err, 1)
 	}
 	return len(names), 0
 }
