@@ -166,6 +166,12 @@ func newServerCert(t *testing.T) *tlsServer {
 // listens too.
 func startTLSServer(t *testing.T, extra ...string) *tlsServer {
 	t.Helper()
+	return startTLSServerWith(t, func(flags ...string) *server { return startServer(t, flags...) }, extra...)
+}
+
+// startTLSServerWith is startTLSServer starting the server with start.
+func startTLSServerWith(t *testing.T, start func(flags ...string) *server, extra ...string) *tlsServer {
+	t.Helper()
 	skipUnlessBeanpole(t, "TLS is beanpole's")
 	ts := newServerCert(t)
 	port, err := freePort()
@@ -173,7 +179,7 @@ func startTLSServer(t *testing.T, extra ...string) *tlsServer {
 		t.Fatal(err)
 	}
 	ts.tlsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	ts.server = startServer(t, append([]string{"--tls-listen", ts.tlsAddr, "--tls-cert", ts.certFile, "--tls-key", ts.keyFile}, extra...)...)
+	ts.server = start(append([]string{"--tls-listen", ts.tlsAddr, "--tls-cert", ts.certFile, "--tls-key", ts.keyFile}, extra...)...)
 	probe := *ts.server
 	probe.port = port
 	waitFor(t, defaultTimeout, "the TLS port to listen", func() bool { ok, _ := probe.listening(); return ok })
