@@ -218,6 +218,23 @@ func (ts *tlsServer) mustDialTLS(t *testing.T, certs ...tls.Certificate) *conn {
 	return c
 }
 
+// A client that sends a large put the moment its handshake is done is
+// answered: the handshake reads no further than the client's Finished,
+// so the records after it reach the loop whole. It used to read the
+// start of the first one along with the Finished, and the loop then took
+// the rest of that record for a record of its own and waited for ever.
+func TestTLSPutRightAfterTheHandshakeIsAnswered(t *testing.T) {
+	t.Parallel()
+	ts := startTLSServer(t)
+	body := strings.Repeat("y", 50000)
+	for i := 1; i <= 200; i++ {
+		c := ts.mustDialTLS(t)
+		mustSend(t, c, "put 0 0 60 50000\r\n"+body+"\r\n")
+		expectLine(t, c, "INSERTED "+itoa(i))
+		c.nc.Close()
+	}
+}
+
 // The protocol over TLS is the protocol: the same bytes, the same jobs as
 // the plaintext listener beside it.
 func TestTLSServesTheSameProtocolAsPlaintext(t *testing.T) {

@@ -66,11 +66,15 @@ type recordPipe struct {
 	rec, left int
 	// bufSize is crypto/tls's record buffer as the last read found it.
 	bufSize int
+	// hdr holds the hdrN bytes read so far of a record header during the
+	// handshake (readHandshake).
+	hdr  [recordHeader]byte
+	hdrN int
 }
 
 func (p *recordPipe) Read(b []byte) (int, error) {
 	if p.from == nil {
-		return p.hs.Read(b)
+		return p.readHandshake(b)
 	}
 	// b is what follows the part of the record crypto/tls holds.
 	p.bufSize = max(p.bufSize, len(b)+p.rec-p.left)
@@ -125,6 +129,26 @@ func (p *recordPipe) Read(b []byte) (int, error) {
 	}
 	_, _ = p.from.Discard(n)
 	return n, nil
+}
+
+// readHandshake reads the socket during the handshake, never past the
+// record crypto/tls is reading: the client's first records after its
+// Finished stay in the socket for gnet, and crypto/tls holds none of them,
+// whole or in part, at the handoff (a part would leave the loop reading
+// the rest of a record as the start of one).
+func (p *recordPipe) readHandshake(b []byte) (int, error) {
+	if p.left == 0 {
+		// The next header, then the record it announces.
+		n, err := p.hs.Read(b[:min(len(b), recordHeader-p.hdrN)])
+		copy(p.hdr[p.hdrN:], b[:n])
+		if p.hdrN += n; p.hdrN == recordHeader {
+			p.hdrN, p.left = 0, int(p.hdr[3])<<8|int(p.hdr[4])
+		}
+		return n, err
+	}
+	n, err := p.hs.Read(b[:min(len(b), p.left)])
+	p.left -= n
+	return n, err
 }
 
 // recordHeader is a TLS record's header: type, version, length;
