@@ -48,14 +48,14 @@ func (wouldBlock) Temporary() bool { return true }
 // grows to hold a whole record (and a read's slack, bytes.MinRead) and
 // never shrinks: that buffer is the connection's record buffer for good.
 // Each read is handed at most one record, and leaves crypto/tls that
-// slack, so the buffer is never grown past what a record needs (handed a
-// record and a half, it doubles); a read's b is the buffer's free space,
-// so the pipe knows its size (bufSize), which the connection charges
-// against the memory ceiling (tlsConn.charge). A record still arriving
-// is handed over as soon as the buffer holds it without growing, or half
-// of it has arrived (the buffer then holds at most twice what came, as a
-// put body does); until then it stays in gnet's buffer, counted as the
-// connection's input.
+// slack, so the buffer grows only for a record larger than it holds (a
+// read that filled it would have it doubled for nothing); a read's b is
+// the buffer's free space, so the pipe knows its size (bufSize), which
+// the connection charges against the memory ceiling (tlsConn.charge). A
+// record still arriving is handed over as soon as the buffer holds it
+// without growing, or half of it has arrived, so that a header alone
+// costs no buffer, as a put line alone costs no body; until then it
+// stays in gnet's buffer, counted as the connection's input.
 type recordPipe struct {
 	hs   net.Conn
 	from gnet.Conn
