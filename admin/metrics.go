@@ -354,7 +354,7 @@ func addTubeStats(a, b *codec.TubeStats) {
 }
 
 var descMemory = prometheus.NewDesc("beanpole_memory_bytes",
-	"Memory charged against the ceiling (--max-job-memory), by what holds it: jobs, tubes, put bodies still arriving (partial_bodies), replies not yet read (replies).",
+	"Memory charged against the ceiling (--max-job-memory), by what holds it: jobs, tubes, put bodies and TLS records still arriving (partial_bodies), replies not yet read (replies).",
 	[]string{"kind"}, nil)
 
 // What upstream cannot give, per tube (the folded tubes: the oldest of

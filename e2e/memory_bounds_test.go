@@ -372,18 +372,28 @@ func unreadPeeks(t *testing.T, s *server, base string, ctl *conn, dial func() *c
 	body := string(pattern(size))
 	put(t, ctl, 0, 0, 600, body, 1)
 	reply := fmt.Sprintf("FOUND 1 %d\r\n%s\r\n", size, body)
+	clients, held := peekUnread(t, s, base, dial, limit, reply, readers, peeks)
+	return clients, reply, held
+}
+
+// peekUnread has readers clients (from dial) each pipeline peeks of job 1,
+// whose peek is answered reply, and read nothing, and waits until their
+// unsent replies reach the ceiling, limit. It returns the clients and
+// what the unsent replies are charged.
+func peekUnread(t *testing.T, s *server, base string, dial func() *conn, limit int, reply string, readers, peeks int) ([]*conn, int64) {
+	t.Helper()
 	var clients []*conn
 	for i := 0; i < readers; i++ {
 		c := dial()
 		mustSend(t, c, strings.Repeat("peek 1\r\n", peeks))
 		clients = append(clients, c)
 	}
-	jobs := memBytes(t, base, "jobs") + memBytes(t, base, "tubes")
+	jobs := memBytes(t, base, "jobs") + memBytes(t, base, "tubes") + memBytes(t, base, "partial_bodies")
 	waitFor(t, 6*defaultTimeout, "the unread replies to reach the ceiling", func() bool {
 		alive(t, s)
 		return memBytes(t, base, "replies")+jobs >= int64(limit-2*len(reply))
 	})
-	return clients, reply, memBytes(t, base, "replies")
+	return clients, memBytes(t, base, "replies")
 }
 
 // A client that reads gets every byte of a reply however large: list-tubes

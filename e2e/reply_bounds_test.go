@@ -21,11 +21,17 @@ import (
 // waits.
 func waitQuiet(t *testing.T, s *server, base string) {
 	t.Helper()
+	waitSteady(t, s, "the server to stop writing", func() int64 { return writtenBytes(t, base) })
+}
+
+// waitSteady waits until value has not changed for 500 ms.
+func waitSteady(t *testing.T, s *server, what string, value func() int64) {
+	t.Helper()
 	last, since := int64(-1), time.Now()
-	waitFor(t, 10*defaultTimeout, "the server to stop writing", func() bool {
+	waitFor(t, 10*defaultTimeout, what, func() bool {
 		alive(t, s)
-		if w := writtenBytes(t, base); w != last {
-			last, since = w, time.Now()
+		if v := value(); v != last {
+			last, since = v, time.Now()
 		}
 		return time.Since(since) >= 500*time.Millisecond
 	})
@@ -215,5 +221,110 @@ func TestTLSNonReadersCostWhatPlaintextOnesDo(t *testing.T) {
 	}
 	if sealed > 1.3*plain {
 		t.Fatalf("a TLS client that does not read costs %.0f KiB of RSS, a plaintext one %.0f KiB: more than 1.3 times", sealed/1024, plain/1024)
+	}
+}
+
+// 1,000 clients that each send a 16 KiB line (BAD_FORMAT), then the first
+// 12 KiB of a record that never ends (over plaintext: of a put body), and
+// 1,000 that each pipeline 100 peeks of a 60 KB job and read nothing,
+// under a 256 MiB ceiling and an address-space limit: the records
+// still arriving are charged as the plaintext bodies are, the TLS clients
+// cost within 1.3 times the plaintext ones in RSS, and a fresh client's
+// put and reserve are answered meanwhile. A record still arriving sat,
+// uncharged, in a ring buffer rounded up to 32 KiB (65 KiB of RSS per
+// such client against 27 KiB on plaintext), and crypto/tls's record
+// buffer, which keeps the size of the largest record it has read, was
+// charged nowhere.
+func TestTLSPartialRecordsAreChargedAsPlaintextBodies(t *testing.T) {
+	skipUnlessBeanpole(t, "--max-job-memory is beanpole's")
+	const (
+		limit   = 256 << 20
+		size    = 60000
+		peeks   = 100
+		line    = 16000
+		partial = 12 << 10
+		room    = 1536 << 10 // KiB of address space beyond an idle server's
+	)
+	readers := 1000
+	if target.race {
+		readers = 250 // the race detector's shadow memory quadruples the cost
+	}
+	junk := strings.Repeat("x", line) + "\r\n"
+	// Both kinds of client hold what they hold under the ceiling: those
+	// with input still arriving come first, the peeks then fill it.
+	attack := func(s *server, base string, dial func() *conn, tail func(c *conn)) (perConn float64, charged int64) {
+		ctl := s.dial(t)
+		pid := s.pid()
+		rss0 := procStatusKB(t, pid, "VmRSS")
+		held0 := memBytes(t, base, "partial_bodies")
+		in0 := readBytes(t, base)
+		body := string(pattern(size))
+		put(t, ctl, 0, 0, 600, body, 1)
+		for range readers {
+			c := dial()
+			mustSend(t, c, junk)
+			tail(c)
+		}
+		waitFor(t, 10*defaultTimeout, "the 16 KiB lines to be read", func() bool {
+			alive(t, s)
+			return readBytes(t, base)-in0 >= int64(readers*len(junk))
+		})
+		waitSteady(t, s, "the charge for input still arriving to settle", func() int64 { return memBytes(t, base, "partial_bodies") })
+		charged = memBytes(t, base, "partial_bodies") - held0
+		peekUnread(t, s, base, func() *conn {
+			c := dial()
+			smallWindow(t, c)
+			return c
+		}, limit, fmt.Sprintf("FOUND 1 %d\r\n%s\r\n", size, body), readers, peeks)
+		waitQuiet(t, s, base)
+		// A fresh client is served meanwhile.
+		start := time.Now()
+		fresh := s.dial(t)
+		mustSend(t, fresh, "put 0 0 60 2\r\nhi\r\nreserve-with-timeout 0\r\n")
+		if got := readLineWithin(t, fresh, 4*defaultTimeout); got != "OUT_OF_MEMORY" && !strings.HasPrefix(got, "INSERTED ") {
+			t.Fatalf("a put near the ceiling: %s", show(got))
+		}
+		expectWithin(t, fresh, "RESERVED 1 "+itoa(size)+"\r\n", 4*defaultTimeout)
+		readN(t, fresh, size+2, 4*defaultTimeout)
+		rtt := time.Since(start)
+		replies := memBytes(t, base, "replies")
+		rss := procStatusKB(t, pid, "VmRSS")
+		perConn = float64(rss-rss0) * 1024 / float64(2*readers)
+		t.Logf("%s: input still arriving charged %d KiB per client, replies %d MiB, VmRSS %d MB -> %d MB (%.0f KiB per client); a fresh client's put and reserve %v",
+			s.addr, charged/int64(readers)>>10, replies>>20, rss0>>10, rss>>10, perConn/1024, rtt)
+		alive(t, s)
+		return perConn, charged
+	}
+	ps, pbase := startBounded(t, room, "--max-job-memory", strconv.Itoa(limit))
+	plain, plainHeld := attack(ps, pbase, func() *conn { return ps.dial(t) }, func(c *conn) {
+		mustSend(t, c, "put 0 0 60 16384\r\n"+strings.Repeat("b", partial))
+	})
+	ps.stop()
+
+	var tbase string
+	ts := startTLSServerWith(t, func(flags ...string) *server {
+		s, base := startBounded(t, room, flags...)
+		tbase = base
+		return s
+	}, "--http-plain", "--max-job-memory", strconv.Itoa(limit))
+	sealed, tlsHeld := attack(ts.server, tbase, func() *conn { return ts.mustDialTLS(t) }, func(c *conn) {
+		// The header of a record of 16 KiB of plaintext (TLS 1.3), and
+		// 12 KiB of it.
+		const record = 16<<10 + 1 + 16
+		rec := append([]byte{23, 3, 3, record >> 8, record & 0xff}, pattern(partial)...)
+		if _, err := c.nc.(*tls.Conn).NetConn().Write(rec); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("per client: %.0f KiB over TLS, %.0f KiB on plaintext (%.2fx); input still arriving charged %d and %d KiB per client",
+		sealed/1024, plain/1024, sealed/plain, tlsHeld/int64(readers)>>10, plainHeld/int64(readers)>>10)
+	if tlsHeld < int64(readers)*partial {
+		t.Fatalf("%d TLS clients, each with %d bytes of a record still arriving, are charged %d bytes in all", readers, partial, tlsHeld)
+	}
+	if raceSkipsBound(t, "VmRSS per TLS client") {
+		return
+	}
+	if sealed > 1.3*plain {
+		t.Fatalf("a TLS client costs %.0f KiB of RSS, a plaintext one %.0f KiB: more than 1.3 times", sealed/1024, plain/1024)
 	}
 }

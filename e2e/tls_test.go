@@ -166,6 +166,12 @@ func newServerCert(t *testing.T) *tlsServer {
 // listens too.
 func startTLSServer(t *testing.T, extra ...string) *tlsServer {
 	t.Helper()
+	return startTLSServerWith(t, func(flags ...string) *server { return startServer(t, flags...) }, extra...)
+}
+
+// startTLSServerWith is startTLSServer starting the server with start.
+func startTLSServerWith(t *testing.T, start func(flags ...string) *server, extra ...string) *tlsServer {
+	t.Helper()
 	skipUnlessBeanpole(t, "TLS is beanpole's")
 	ts := newServerCert(t)
 	port, err := freePort()
@@ -173,7 +179,7 @@ func startTLSServer(t *testing.T, extra ...string) *tlsServer {
 		t.Fatal(err)
 	}
 	ts.tlsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	ts.server = startServer(t, append([]string{"--tls-listen", ts.tlsAddr, "--tls-cert", ts.certFile, "--tls-key", ts.keyFile}, extra...)...)
+	ts.server = start(append([]string{"--tls-listen", ts.tlsAddr, "--tls-cert", ts.certFile, "--tls-key", ts.keyFile}, extra...)...)
 	probe := *ts.server
 	probe.port = port
 	waitFor(t, defaultTimeout, "the TLS port to listen", func() bool { ok, _ := probe.listening(); return ok })
@@ -210,6 +216,23 @@ func (ts *tlsServer) mustDialTLS(t *testing.T, certs ...tls.Certificate) *conn {
 		t.Fatalf("TLS handshake with %s: %v", ts.tlsAddr, err)
 	}
 	return c
+}
+
+// A client that sends a large put the moment its handshake is done is
+// answered: the handshake reads no further than the client's Finished,
+// so the records after it reach the loop whole. It used to read the
+// start of the first one along with the Finished, and the loop then took
+// the rest of that record for a record of its own and waited for ever.
+func TestTLSPutRightAfterTheHandshakeIsAnswered(t *testing.T) {
+	t.Parallel()
+	ts := startTLSServer(t)
+	body := strings.Repeat("y", 50000)
+	for i := 1; i <= 200; i++ {
+		c := ts.mustDialTLS(t)
+		mustSend(t, c, "put 0 0 60 50000\r\n"+body+"\r\n")
+		expectLine(t, c, "INSERTED "+itoa(i))
+		c.nc.Close()
+	}
 }
 
 // The protocol over TLS is the protocol: the same bytes, the same jobs as

@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"io"
 	"strconv"
 	"testing"
 
@@ -19,7 +20,16 @@ type fakeConn struct {
 	woken   bool // the pass yielded (its time slice ran out) and asked to be woken
 }
 
-func (f *fakeConn) Peek(n int) ([]byte, error) { return f.in, nil }
+// Peek is gnet's: n bytes, all of them if n <= 0.
+func (f *fakeConn) Peek(n int) ([]byte, error) {
+	if n <= 0 {
+		return f.in, nil
+	}
+	if n > len(f.in) {
+		return nil, io.ErrShortBuffer
+	}
+	return f.in[:n], nil
+}
 func (f *fakeConn) Discard(n int) (int, error) { f.in = f.in[n:]; return n, nil }
 func (f *fakeConn) Write(b []byte) (int, error) {
 	f.written += len(b)

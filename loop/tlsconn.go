@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/beanpole/beanpole/engine"
 	"github.com/panjf2000/gnet/v2"
 )
 
@@ -39,49 +41,114 @@ func (wouldBlock) Temporary() bool { return true }
 // recordPipe is the net.Conn under a connection's tls.Conn. During the
 // handshake, which runs on a goroutine of its own with a deadline, it is
 // the accepted socket itself (hs); from the handoff on, its reads take
-// the whole records gnet read (from) and its writes append to the loop's
+// the records gnet read (from) and its writes append to the loop's
 // record buffer (to), which tlsConn hands to gnet.
+//
+// crypto/tls keeps the records it opens in a buffer of its own, which it
+// grows to hold a whole record (and a read's slack, bytes.MinRead) and
+// never shrinks: that buffer is the connection's record buffer for good.
+// Each read is handed at most one record, and leaves crypto/tls that
+// slack, so the buffer grows only for a record larger than it holds (a
+// read that filled it would have it doubled for nothing); a read's b is
+// the buffer's free space, so the pipe knows its size (bufSize), which
+// the connection charges against the memory ceiling (tlsConn.charge). A
+// record still arriving is handed over as soon as the buffer holds it
+// without growing, or half of it has arrived, so that a header alone
+// costs no buffer, as a put line alone costs no body; until then it
+// stays in gnet's buffer, counted as the connection's input.
 type recordPipe struct {
 	hs   net.Conn
 	from gnet.Conn
 	to   *[]byte
-	// left is how much of a record crypto/tls has the start of is still
-	// in gnet's buffer: it is handed over with the whole records after it.
-	left int
+	// rec is the size of the record crypto/tls has the start of, header
+	// included, and left how much of it is still in gnet's buffer; both 0
+	// between records.
+	rec, left int
+	// bufSize is crypto/tls's record buffer as the last read found it.
+	bufSize int
+	// hdr holds the hdrN bytes read so far of a record header during the
+	// handshake (readHandshake).
+	hdr  [recordHeader]byte
+	hdrN int
 }
 
 func (p *recordPipe) Read(b []byte) (int, error) {
 	if p.from == nil {
-		return p.hs.Read(b)
+		return p.readHandshake(b)
 	}
-	buf, _ := p.from.Peek(-1)
-	avail := len(buf)
-	if !p.from.PeerClosed() {
-		l := min(p.left, len(buf)) // the rest of a record is never lost
-		avail = l + wholeRecords(buf[l:])
+	// b is what follows the part of the record crypto/tls holds.
+	p.bufSize = max(p.bufSize, len(b)+p.rec-p.left)
+	avail := p.from.InboundBuffered()
+	closed := p.from.PeerClosed()
+	limit := len(b) - bytes.MinRead
+	if limit < recordHeader {
+		limit = len(b)
 	}
-	if avail == 0 {
-		if p.from.PeerClosed() {
+	n := 0
+	switch {
+	case closed:
+		n = avail // after the client's end: crypto/tls reports what is left
+	case p.left > 0:
+		n = min(p.left, avail)
+	case avail >= recordHeader:
+		hdr, _ := p.from.Peek(recordHeader)
+		size := recordHeader + (int(hdr[3])<<8 | int(hdr[4]))
+		switch {
+		case size > recordHeader+maxRecord:
+			n = recordHeader // for crypto/tls to refuse
+		case size <= avail || size+bytes.MinRead <= len(b) || 2*avail >= size+bytes.MinRead:
+			n = min(size, avail)
+		}
+	}
+	if n = min(n, limit); n == 0 {
+		if closed {
 			return 0, io.EOF
 		}
 		return 0, errWouldBlock
 	}
-	n := copy(b, buf[:avail])
+	// Only what is handed over is peeked: gnet copies a peek that wraps
+	// round its ring buffer.
+	buf, _ := p.from.Peek(n)
+	n = copy(b, buf)
 	// Follow the records handed over: the next read starts inside one
-	// when b did not hold it all.
+	// when this one did not hand it all.
 	for i := 0; i < n; {
 		if p.left == 0 {
-			if len(buf)-i < recordHeader {
+			if n-i < recordHeader {
 				break // after the client's end: nothing more to follow
 			}
-			p.left = recordHeader + (int(buf[i+3])<<8 | int(buf[i+4]))
+			p.rec = recordHeader + (int(buf[i+3])<<8 | int(buf[i+4]))
+			p.left = p.rec
 		}
 		k := min(p.left, n-i)
 		p.left -= k
 		i += k
 	}
+	if p.left == 0 {
+		p.rec = 0
+	}
 	_, _ = p.from.Discard(n)
 	return n, nil
+}
+
+// readHandshake reads the socket during the handshake, never past the
+// record crypto/tls is reading: the client's first records after its
+// Finished stay in the socket for gnet, and crypto/tls holds none of them,
+// whole or in part, at the handoff (a part would leave the loop reading
+// the rest of a record as the start of one).
+func (p *recordPipe) readHandshake(b []byte) (int, error) {
+	if p.left == 0 {
+		// The next header, then the record it announces.
+		n, err := p.hs.Read(b[:min(len(b), recordHeader-p.hdrN)])
+		copy(p.hdr[p.hdrN:], b[:n])
+		if p.hdrN += n; p.hdrN == recordHeader {
+			p.hdrN, p.left = 0, int(p.hdr[3])<<8|int(p.hdr[4])
+		}
+		return n, err
+	}
+	n, err := p.hs.Read(b[:min(len(b), p.left)])
+	p.left -= n
+	return n, err
 }
 
 // recordHeader is a TLS record's header: type, version, length;
@@ -91,31 +158,6 @@ const (
 	recordHeader = 5
 	maxRecord    = tlsRecord + 2048
 )
-
-// wholeRecords is how many bytes of buf are complete TLS records. Only
-// those are handed to crypto/tls: a record still arriving stays in gnet's
-// buffer, where it is counted as the connection's input like a plaintext
-// line still arriving (InboundBuffered, the input budget), instead of in
-// crypto/tls's, which nothing counts. Once the client has ended its
-// input, the rest is handed over too, for crypto/tls to report.
-//
-// A header announcing more than any record may hold is handed over at
-// once, for crypto/tls to refuse, rather than waiting for its bytes.
-func wholeRecords(buf []byte) int {
-	n := 0
-	for len(buf)-n >= recordHeader {
-		size := int(buf[n+3])<<8 | int(buf[n+4])
-		if size > maxRecord {
-			return n + recordHeader
-		}
-		end := n + recordHeader + size
-		if end > len(buf) {
-			break
-		}
-		n = end
-	}
-	return n
-}
 
 func (p *recordPipe) Write(b []byte) (int, error) {
 	if p.from == nil {
@@ -181,6 +223,9 @@ type tlsConn struct {
 	ended bool
 	// drained: the last read found no more input.
 	drained bool
+	// charged is crypto/tls's record buffer (recordPipe.bufSize) as
+	// charged against the memory ceiling (MemPartialBodies).
+	charged int64
 }
 
 func newTLSConn(gc gnet.Conn, s *tlsSession, ls *loopState) *tlsConn {
@@ -191,9 +236,12 @@ func newTLSConn(gc gnet.Conn, s *tlsSession, ls *loopState) *tlsConn {
 	return t
 }
 
-// closed forgets t, whose socket gnet has closed.
+// closed forgets t, whose socket gnet has closed, and gives back the
+// charge for its record buffer.
 func (t *tlsConn) closed() {
 	t.plain = nil
+	t.ls.s.eng.Uncharge(t.ls.shard, engine.MemPartialBodies, t.charged)
+	t.charged = 0
 	delete(t.ls.tlsConns, t)
 	t.ls.s.tlsOpen.Add(-1)
 }
@@ -231,7 +279,23 @@ func (t *tlsConn) note(err error) {
 	default:
 		t.drained = false
 	}
+	t.charge()
 	t.flushRecords()
+}
+
+// charge counts crypto/tls's record buffer against the memory ceiling as
+// it grows, past the ceiling if need be: it holds the record being opened
+// (or still arriving), as a put body under way is held, and is kept, as
+// crypto/tls keeps it, for the connection's life.
+func (t *tlsConn) charge() {
+	d := int64(t.pipe.bufSize) - t.charged
+	if d <= 0 {
+		return
+	}
+	t.charged += d
+	if eng := t.ls.s.eng; !eng.Charge(t.ls.shard, engine.MemPartialBodies, d) {
+		eng.ChargeAnyway(t.ls.shard, engine.MemPartialBodies, d)
+	}
 }
 
 // more reports whether records may wait to be decrypted: the last read

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/beanpole/beanpole/engine"
 )
 
 // tap is the client's side of a test TLS connection: the socket during
@@ -78,8 +80,9 @@ func newTLSPair(t *testing.T, maxJob uint32) *tlsPair {
 	pipe := &recordPipe{hs: sc}
 	server := tls.Server(pipe, &tls.Config{Certificates: []tls.Certificate{pair}})
 	tp := &tap{Conn: cc, live: true}
-	// The certificate is not what this tests.
-	client := tls.Client(tp, &tls.Config{InsecureSkipVerify: true})
+	// The certificate is not what this tests; full records are written
+	// from the first.
+	client := tls.Client(tp, &tls.Config{InsecureSkipVerify: true, DynamicRecordSizingDisabled: true})
 	var wg sync.WaitGroup
 	var serr error
 	wg.Add(1)
@@ -308,25 +311,48 @@ func TestTLSRandomScriptsGetThePlaintextReplies(t *testing.T) {
 	}
 }
 
-// A record that has arrived in part stays in gnet's buffer, counted as the
-// connection's input (InboundBuffered, the input budget) as a plaintext
-// line still arriving is, not in crypto/tls's buffer, which nothing
-// counts; once the rest arrives it is served.
-func TestTLSPartialRecordIsCountedAsInput(t *testing.T) {
+// A record still arriving is held as a put body under way is: its first
+// bytes stay in gnet's buffer, counted as the connection's input against
+// the input budget, until half of it has come; then crypto/tls is handed
+// it, and its record buffer, grown to hold the record and kept for the
+// connection's life, is charged against the memory ceiling until the
+// connection closes. A second record of the same size costs nothing more.
+func TestTLSPartialRecordIsCharged(t *testing.T) {
 	p := newTLSPair(t, 100)
-	records := p.encrypt(t, []byte("list-tube-used\r\n"+strings.Repeat("x", 12<<10)+"\r\n"))
-	half := records[:len(records)/2]
-	p.deliver(half)
-	partial := len(half) - wholeRecords(half)
-	if partial == 0 {
-		t.Fatal("the cut is not inside a record")
+	line := "list-tube-used\r\n" + strings.Repeat("x", tlsRecord-16) + "\r\n"
+	records := p.encrypt(t, []byte(line+line), len(line), len(line))
+	size := recordHeader + (int(records[3])<<8 | int(records[4]))
+	charged := func() int64 { return p.s.eng.Memory(engine.MemPartialBodies) }
+	base := charged()
+	p.deliver(records[:1000])
+	if got := p.t.Conn.InboundBuffered(); got != 1000 {
+		t.Fatalf("1,000 bytes of a %d-byte record: gnet holds %d bytes", size, got)
 	}
-	if got := p.t.InboundBuffered(); got < partial {
-		t.Fatalf("%d bytes of a record delivered: the connection counts %d bytes of input", partial, got)
+	if !p.c.holdsInput || p.c.ls.heldIn < 1000 {
+		t.Fatalf("1,000 bytes of a record are not held against the input budget (held %d)", p.c.ls.heldIn)
 	}
-	p.deliver(records[len(half):])
-	if got := p.replies(t); got != "USING default\r\nBAD_FORMAT\r\n" {
+	half := (size + bytes.MinRead + 1) / 2
+	p.deliver(records[1000:half])
+	if got := p.t.Conn.InboundBuffered(); got != 0 {
+		t.Fatalf("%d bytes of a %d-byte record: gnet still holds %d bytes", half, size, got)
+	}
+	if p.c.holdsInput {
+		t.Fatalf("the record handed to crypto/tls is still held as input (%d bytes)", p.c.ls.heldIn)
+	}
+	grown := charged() - base
+	if grown < int64(size) || grown > 2*int64(size) {
+		t.Fatalf("crypto/tls holds %d bytes of a %d-byte record: %d bytes charged", half, size, grown)
+	}
+	p.deliver(records[half:])
+	if got := p.replies(t); got != "USING default\r\nBAD_FORMAT\r\nUSING default\r\nBAD_FORMAT\r\n" {
 		t.Fatalf("got %q", got)
+	}
+	if got := charged() - base; got != grown {
+		t.Fatalf("a second record of the same size: charged %d bytes, then %d", grown, got)
+	}
+	p.t.closed()
+	if got := charged(); got != base {
+		t.Fatalf("closed: %d bytes still charged", got-base)
 	}
 }
 
