@@ -38,6 +38,7 @@ func clusterTLSArgs(t *testing.T, ca *testCA, dir, name string) []string {
 // nothing. A stranger speaking raft in plaintext to a TLS raft port gets
 // nothing either.
 func TestRaftPortRefusesAWorkerCertificateAndItsForgedRPCs(t *testing.T) {
+	t.Parallel()
 	t.Run("shared CA", func(t *testing.T) {
 		// --tls-cert, --tls-key and --tls-client-ca: the same CA signs the
 		// nodes' and the workers' certificates.
@@ -173,6 +174,7 @@ func expectRaftPortRefuses(t *testing.T, addr string, cfg *tls.Config, what stri
 // elects a leader, a put through any node is acknowledged, and every job
 // acknowledged before is still there.
 func TestForgedRequestVoteDeposesALeaderThatFollowsAgainAndLosesNoJob(t *testing.T) {
+	t.Parallel()
 	tc := startTestCluster(t, 3)
 	lead := tc.leader()
 	f := tc.other(lead)
@@ -228,6 +230,7 @@ func TestForgedRequestVoteDeposesALeaderThatFollowsAgainAndLosesNoJob(t *testing
 // metrics, and no node serves the job, not even the attacked follower once
 // it leads.
 func TestForgedMalformedEntryIsRefusedByTheStateMachine(t *testing.T) {
+	t.Parallel()
 	tc := startTestCluster(t, 3)
 	lead := tc.leader()
 	f := tc.other(lead)
@@ -289,6 +292,7 @@ func TestForgedMalformedEntryIsRefusedByTheStateMachine(t *testing.T) {
 // wants them: the refusal is a usage error naming that flag; with it the
 // node starts.
 func TestRaftPlaintextOffLoopbackNeedsTheInsecureFlag(t *testing.T) {
+	t.Parallel()
 	skipLegacy(t, "cluster mode is beanpole's own")
 	hosts := []string{"0.0.0.0"}
 	if ip := nonLoopbackIPv4(); ip != "" {
@@ -348,6 +352,7 @@ func nonLoopbackIPv4() string {
 // keep the group from electing a leader once the leader is killed (-9),
 // and the follower closes them all within 15 s of their opening.
 func TestRaftPortFloodOfSilentConnectionsDoesNotStopAFailover(t *testing.T) {
+	t.Parallel()
 	const flood, within = 200, 15 * time.Second
 	tc := startTestCluster(t, 3)
 	lead := tc.leader()
@@ -409,6 +414,7 @@ func TestRaftPortFloodOfSilentConnectionsDoesNotStopAFailover(t *testing.T) {
 // GET /cluster without the token is a health summary: no node's id or
 // raft address, no term or index. With the token it is the whole status.
 func TestClusterStatusWithoutTheTokenRevealsNoTopology(t *testing.T) {
+	t.Parallel()
 	tc := startTestCluster(t, 3)
 	tc.leader()
 	for _, nd := range tc.nodes {
@@ -474,6 +480,7 @@ func revealingKey(doc any) string {
 // and its JSON do not give a stranger the raft addresses that GET
 // /cluster keeps for the token.
 func TestDashboardWithoutTheTokenRevealsNoRaftAddresses(t *testing.T) {
+	t.Parallel()
 	tc := startTestCluster(t, 3)
 	lead := tc.leader()
 	waitFor(t, 30*time.Second, "the leader's dashboard", func() bool {

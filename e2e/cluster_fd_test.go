@@ -25,6 +25,7 @@ import (
 // node does not exit, and once the clients leave, a put through its peer
 // is acknowledged and served through it.
 func TestClusterFollowerKeepsDescriptorsForRaft(t *testing.T) {
+	t.Parallel()
 	tc := startTestCluster(t, 3)
 	lead := tc.leader()
 	flooded := tc.other(lead)

@@ -249,6 +249,7 @@ func (tc *testCluster) index(nd *clusterNode) int {
 }
 
 func TestClusterIsolatedLeaderStopsAnsweringAndAMajorityGoesOn(t *testing.T) {
+	t.Parallel()
 	tc, pt := startPartitionableCluster(t, 3)
 	lead := tc.leader()
 	c := lead.srv.dial(t)
@@ -284,6 +285,7 @@ func TestClusterIsolatedLeaderStopsAnsweringAndAMajorityGoesOn(t *testing.T) {
 // released and the old leader resumed: that reserve must not be answered
 // with the job.
 func TestClusterPausedLeaderNeverHandsOutAJobTheNewLeaderHandedOut(t *testing.T) {
+	t.Parallel()
 	tc, pt := startPartitionableCluster(t, 3)
 	for round := range 3 {
 		lead := tc.agreedLeader()

@@ -283,6 +283,7 @@ func putUntilInserted(t *testing.T, addr, body string, within time.Duration) (ui
 }
 
 func TestClusterEveryAcknowledgedJobSurvivesTheLeadersDeath(t *testing.T) {
+	t.Parallel()
 	tc := startTestCluster(t, 3)
 	lead := tc.leader()
 	follower := tc.other(lead)
@@ -350,6 +351,7 @@ func TestClusterEveryAcknowledgedJobSurvivesTheLeadersDeath(t *testing.T) {
 }
 
 func TestClusterDeposedLeaderClosesItsClientsAndFollowsAgain(t *testing.T) {
+	t.Parallel()
 	tc := startTestCluster(t, 3)
 	lead := tc.leader()
 	c := lead.srv.dial(t)
@@ -394,6 +396,7 @@ func TestClusterDeposedLeaderClosesItsClientsAndFollowsAgain(t *testing.T) {
 }
 
 func TestClusterStatusJoinAndTransferThroughTheHTTPSide(t *testing.T) {
+	t.Parallel()
 	tc := startTestCluster(t, 3)
 	lead := tc.leader()
 	for _, nd := range tc.nodes {
@@ -523,6 +526,7 @@ func TestClusterStatusJoinAndTransferThroughTheHTTPSide(t *testing.T) {
 }
 
 func TestClusterWipedNodeCatchesUp(t *testing.T) {
+	t.Parallel()
 	tc := startTestCluster(t, 3)
 	lead := tc.leader()
 	c := lead.srv.dial(t)
@@ -560,6 +564,7 @@ func TestClusterWipedNodeCatchesUp(t *testing.T) {
 }
 
 func TestClusterSeededFromABeanstalkdBinlog(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b := makeCBinlog(t, dir, syscall.SIGTERM)
 	// One node seeds the group from C's binlog; then two more join it.
@@ -600,6 +605,7 @@ func TestClusterSeededFromABeanstalkdBinlog(t *testing.T) {
 // figures in docs/cluster.md are from 20). The bound asserted is loose (a
 // loaded machine); the figures are logged.
 func TestClusterFailoverTime(t *testing.T) {
+	t.Parallel()
 	kills := 5
 	if v := os.Getenv("BEANPOLE_FAILOVER_KILLS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -632,6 +638,7 @@ func TestClusterFailoverTime(t *testing.T) {
 }
 
 func TestClusterEveryAcknowledgedJobSurvivesKillingEveryNode(t *testing.T) {
+	t.Parallel()
 	tc := startTestCluster(t, 3)
 	lead := tc.leader()
 	c := lead.srv.dial(t)
@@ -664,6 +671,7 @@ func TestClusterEveryAcknowledgedJobSurvivesKillingEveryNode(t *testing.T) {
 // and SIGHUP must not end it (their default action) while it follows, and
 // once it leads they mean what they mean on a single server.
 func TestClusterFollowerOutlivesSIGUSR1AndSIGHUPAndDrainsOnceItLeads(t *testing.T) {
+	t.Parallel()
 	tc := startTestCluster(t, 3)
 	lead := tc.leader()
 	f := tc.other(lead)
