@@ -419,7 +419,6 @@ func graceOver(sigs <-chan os.Signal, d time.Duration) {
 // turns it off).
 func (p *process) limitMemory(eng *engine.Engine, srv *loop.Server) {
 	cfg, log := p.cfg, p.log
-	p.eng.Store(eng)
 	budget := config.DetectMemoryBudget()
 	input := max(budget.Bytes/8, 64<<20)
 	if v, err := strconv.ParseInt(os.Getenv("BEANPOLE_INPUT_BUDGET_MB"), 10, 32); err == nil && v > 0 {
@@ -431,6 +430,9 @@ func (p *process) limitMemory(eng *engine.Engine, srv *loop.Server) {
 		ceiling = config.DefaultJobMemory(budget.Bytes)
 	}
 	eng.SetJobMemoryLimit(ceiling)
+	// Published once set up: the releaser of an earlier serve (a node
+	// that leads again) reads the engine it finds here.
+	p.eng.Store(eng)
 	if os.Getenv("GOMEMLIMIT") == "" && budget.Bytes > 0 {
 		debug.SetMemoryLimit(config.SoftMemoryLimit(budget.Bytes))
 	}

@@ -637,6 +637,30 @@ func TestClusterFailoverTime(t *testing.T) {
 	}
 }
 
+// A node that hands the lead over and takes it back serves a new engine in
+// the same process; the memory releaser started at its first lead reads
+// whichever engine serves, every 250 ms. That engine must be set up before
+// the releaser can find it: against a race-built server, the node leading
+// again serves for over a second so that the releaser reads it.
+func TestClusterNodeLeadsAgainAfterHandingTheLeadOver(t *testing.T) {
+	t.Parallel()
+	tc := startTestCluster(t, 3)
+	lead := tc.leader()
+	put(t, lead.srv.dial(t), 0, 0, 60, "first", 1)
+	f := tc.other(lead)
+	tc.transferTo(lead, f)
+	tc.transferTo(f, lead)
+	id, _ := putUntilInserted(t, lead.srv.addr, "second", 30*time.Second)
+	led := time.Now()
+	c := lead.srv.dial(t)
+	mustSend(t, c, fmt.Sprintf("peek 1\r\npeek %d\r\n", id))
+	expect(t, c, fmt.Sprintf("FOUND 1 5\r\nfirst\r\nFOUND %d 6\r\nsecond\r\n", id))
+	// The releaser's period is time the server measures; nothing else
+	// shows that it has read the engine.
+	time.Sleep(time.Until(led.Add(time.Second)))
+	put(t, c, 0, 0, 60, "third", id+1)
+}
+
 func TestClusterEveryAcknowledgedJobSurvivesKillingEveryNode(t *testing.T) {
 	t.Parallel()
 	tc := startTestCluster(t, 3)
