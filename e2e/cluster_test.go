@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -57,6 +58,7 @@ func startTestCluster(t *testing.T, n int) *testCluster {
 func newTestCluster(t *testing.T, n int) *testCluster {
 	t.Helper()
 	skipLegacy(t, "cluster mode is beanpole's own")
+	clusterTurn(t)
 	tc := &testCluster{t: t, token: filepath.Join(t.TempDir(), "token")}
 	if err := os.WriteFile(tc.token, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -69,6 +71,39 @@ func newTestCluster(t *testing.T, n int) *testCluster {
 	}
 	tc.bootstrap = strings.Join(members, ",")
 	return tc
+}
+
+// The cluster tests run in parallel with the rest of the suite, but one
+// cluster at a time: several groups electing and heartbeating at once on
+// a loaded two-core machine (a race-built server costs 5-10 times the CPU)
+// missed heartbeats, and leaders lost the lead in the middle of tests
+// that do not expect it. clusterTurn waits for the turn and holds it until
+// the test that takes it ends; a test that builds another cluster (itself
+// or in a subtest) while it holds the turn goes on.
+var clusters = struct {
+	sync.Mutex
+	holder string // the top-level test holding the turn
+	turn   chan struct{}
+}{turn: make(chan struct{}, 1)}
+
+func clusterTurn(t *testing.T) {
+	top, _, _ := strings.Cut(t.Name(), "/")
+	clusters.Lock()
+	held := clusters.holder == top
+	clusters.Unlock()
+	if held {
+		return
+	}
+	clusters.turn <- struct{}{}
+	clusters.Lock()
+	clusters.holder = top
+	clusters.Unlock()
+	t.Cleanup(func() {
+		clusters.Lock()
+		clusters.holder = ""
+		clusters.Unlock()
+		<-clusters.turn
+	})
 }
 
 // newNode picks a node's raft and HTTP ports and its directory.
