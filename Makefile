@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= beanpole
 ARGS    ?=
 
-.PHONY: all build run test test-unit test-e2e test-bench fuzz-short race race-unit race-gnet race-build race-e2e fuzz bench bench-floor vet clean soak stress deb
+.PHONY: all build run test test-unit test-e2e test-e2e-alone test-bench fuzz-short race race-unit race-gnet race-build race-e2e fuzz bench bench-floor vet clean soak stress deb
 
 all: build
 
@@ -23,23 +23,38 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
 
 # Everything CI runs: vet, all tests, the race detector (see race) and a
-# short fuzz of the codec, as independent steps run at once (make -j): most
-# of the e2e suite waits on timers and sockets, so the CPU-bound steps
-# (compiling, unit tests, fuzzing) fill the time it leaves. Each step's
-# output is printed whole when it ends. The fuzz budget is a count, not a
-# duration: go1.26's fuzz coordinator can report a spurious "context
+# short fuzz of the codec. The steps run at once (make -j): most of the
+# e2e suite waits on timers and sockets, so the CPU-bound steps (compiling,
+# unit tests, fuzzing) fill the time it leaves; each step's output is
+# printed whole when it ends. Then the e2e tests of E2E_ALONE run, with
+# nothing else of the suite beside them: they bound another client's
+# latency or the server's memory while one client loads it, and they are
+# the tests that are not parallel in the suite. The fuzz budget is a count,
+# not a duration: go1.26's fuzz coordinator can report a spurious "context
 # deadline exceeded" when a duration runs out on a loaded machine
 # (golang/go#75804, fixed in go1.27). The long versions of the searches
 # are in stress.
 TEST_STEPS := race-e2e test-e2e race-unit test-unit fuzz-short vet race-gnet test-bench
 test:
 	@$(MAKE) --no-print-directory -j$(words $(TEST_STEPS)) --output-sync=target $(TEST_STEPS)
+	@$(MAKE) --no-print-directory test-e2e-alone
 
 test-unit:
 	$(GO) test -count=1 ./...
 
+E2E_ALONE := TestPipelinedRunDoesNotStallOtherClients TestSlowOperationsDoNotStallOtherTubes TestAcceptBurstSpreadsOverLoops \
+	TestUnsentRepliesStayWithinTheCapPerConnection TestListTubesToNonReadersStaysUnderTheCeiling \
+	TestTLSNonReadersCostWhatPlaintextOnesDo TestHTTPAbuseLeavesTheProtocolServedAndMemoryBounded \
+	TestLargeBodyDoesNotStallOthers TestManyIdleConnections TestThousandParkedFloodersStayBounded
+space := $() $()
+e2e-alone = ^($(subst $(space),|,$(strip $(E2E_ALONE))))$$
+
+# The e2e suite but E2E_ALONE, and E2E_ALONE.
 test-e2e:
-	cd e2e && $(GO) test -count=1 ./...
+	cd e2e && $(GO) test -count=1 -skip '$(e2e-alone)' ./...
+
+test-e2e-alone:
+	cd e2e && $(GO) test -count=1 -run '$(e2e-alone)' ./...
 
 test-bench:
 	cd bench && $(GO) test -count=1 ./...
