@@ -79,7 +79,10 @@ func newTestCluster(t *testing.T, n int) *testCluster {
 // missed heartbeats, and leaders lost the lead in the middle of tests
 // that do not expect it. clusterTurn waits for the turn and holds it until
 // the test that takes it ends; a test that builds another cluster (itself
-// or in a subtest) while it holds the turn goes on.
+// or in a subtest) while it holds the turn goes on. The turn is also a
+// lock on a file in the temporary directory, so that the suite's passes
+// running at once (make test runs the plain and the race-built one side
+// by side) take turns too.
 var clusters = struct {
 	sync.Mutex
 	holder string // the top-level test holding the turn
@@ -95,6 +98,13 @@ func clusterTurn(t *testing.T) {
 		return
 	}
 	clusters.turn <- struct{}{}
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "beanpole-e2e-cluster.lock"), os.O_RDWR|os.O_CREATE, 0o666)
+	if err == nil {
+		err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX)
+	}
+	if err != nil {
+		t.Logf("no lock shared with other test processes: %v", err)
+	}
 	clusters.Lock()
 	clusters.holder = top
 	clusters.Unlock()
@@ -102,6 +112,9 @@ func clusterTurn(t *testing.T) {
 		clusters.Lock()
 		clusters.holder = ""
 		clusters.Unlock()
+		if lock != nil {
+			lock.Close() // drops the lock
+		}
 		<-clusters.turn
 	})
 }
