@@ -85,7 +85,7 @@ func TestRaftPortRefusesAWorkerCertificateAndItsForgedRPCs(t *testing.T) {
 // TestRaftPortRefusesAWorkerCertificateAndItsForgedRPCs on tc, whose raft
 // links ca signed, with each of certs, then checks the group is as it was.
 func attackWithCertificates(t *testing.T, tc *testCluster, ca *testCA, certs map[string]tls.Certificate) {
-	lead := tc.leader()
+	lead := tc.agreedLeader()
 	f := tc.other(lead)
 	c := f.srv.dial(t)
 	put(t, c, 0, 0, 60, "before", 1)
@@ -176,7 +176,7 @@ func expectRaftPortRefuses(t *testing.T, addr string, cfg *tls.Config, what stri
 func TestForgedRequestVoteDeposesALeaderThatFollowsAgainAndLosesNoJob(t *testing.T) {
 	t.Parallel()
 	tc := startTestCluster(t, 3)
-	lead := tc.leader()
+	lead := tc.agreedLeader()
 	f := tc.other(lead)
 	acked := map[uint64]string{}
 	fc := f.srv.dial(t)
@@ -232,7 +232,7 @@ func TestForgedRequestVoteDeposesALeaderThatFollowsAgainAndLosesNoJob(t *testing
 func TestForgedMalformedEntryIsRefusedByTheStateMachine(t *testing.T) {
 	t.Parallel()
 	tc := startTestCluster(t, 3)
-	lead := tc.leader()
+	lead := tc.agreedLeader()
 	f := tc.other(lead)
 	put(t, f.srv.dial(t), 0, 0, 60, "before", 1)
 	st := tc.fullStatus(f)
@@ -355,7 +355,7 @@ func TestRaftPortFloodOfSilentConnectionsDoesNotStopAFailover(t *testing.T) {
 	t.Parallel()
 	const flood, within = 200, 15 * time.Second
 	tc := startTestCluster(t, 3)
-	lead := tc.leader()
+	lead := tc.agreedLeader()
 	flooded := tc.other(lead)
 	other := tc.other(lead, flooded)
 	put(t, flooded.srv.dial(t), 0, 0, 60, "before", 1)

@@ -27,7 +27,7 @@ import (
 func TestClusterFollowerKeepsDescriptorsForRaft(t *testing.T) {
 	t.Parallel()
 	tc := startTestCluster(t, 3)
-	lead := tc.leader()
+	lead := tc.agreedLeader()
 	flooded := tc.other(lead)
 	peer := tc.other(lead, flooded)
 	const nofile = 256

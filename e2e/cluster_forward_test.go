@@ -21,7 +21,7 @@ const electionTimeout = 500 * time.Millisecond
 func TestClusterFollowerClosesClientsOfAVanishedLeader(t *testing.T) {
 	t.Parallel()
 	tc := startTestCluster(t, 3)
-	lead := tc.leader()
+	lead := tc.agreedLeader()
 	follower := tc.other(lead)
 	c := follower.srv.dial(t)
 	put(t, c, 0, 0, 60, "x", 1)

@@ -220,7 +220,9 @@ func (tc *testCluster) leader(excluded ...*clusterNode) *clusterNode {
 
 // agreedLeader is the leader once every running node names it as the
 // leader in GET /cluster (a node whose output says it leads may not have
-// noticed yet that another took over on a loaded machine).
+// noticed yet that another took over on a loaded machine, and a follower
+// that does not know the leader yet closes the clients it would forward:
+// a test that puts through a follower first waits for this).
 func (tc *testCluster) agreedLeader() *clusterNode {
 	tc.t.Helper()
 	var lead *clusterNode
@@ -333,7 +335,7 @@ func putUntilInserted(t *testing.T, addr, body string, within time.Duration) (ui
 func TestClusterEveryAcknowledgedJobSurvivesTheLeadersDeath(t *testing.T) {
 	t.Parallel()
 	tc := startTestCluster(t, 3)
-	lead := tc.leader()
+	lead := tc.agreedLeader()
 	follower := tc.other(lead)
 	// A client of a follower is served by the leader, byte for byte.
 	c := follower.srv.dial(t)
@@ -745,7 +747,7 @@ func TestClusterEveryAcknowledgedJobSurvivesKillingEveryNode(t *testing.T) {
 func TestClusterFollowerOutlivesSIGUSR1AndSIGHUPAndDrainsOnceItLeads(t *testing.T) {
 	t.Parallel()
 	tc := startTestCluster(t, 3)
-	lead := tc.leader()
+	lead := tc.agreedLeader()
 	f := tc.other(lead)
 	// The handlers are in place once the node follows: it says so.
 	waitFor(t, 30*time.Second, f.id+" to follow", func() bool {

@@ -46,7 +46,7 @@ func TestClusterNodesSpeakMutualTLSAndAStrangerCannotJoin(t *testing.T) {
 	for _, nd := range tc.nodes {
 		tc.start(nd, plainHTTP(nodeTLSArgs(t, ca, certs, nd.id))...)
 	}
-	lead := tc.leader()
+	lead := tc.agreedLeader()
 	follower := tc.other(lead)
 	c := follower.srv.dial(t)
 	put(t, c, 0, 0, 60, "over tls", 1)
@@ -154,7 +154,7 @@ func TestClusterServesTLSClientsThroughAnyNode(t *testing.T) {
 		return line, err
 	}
 
-	lead := tc.leader()
+	lead := tc.agreedLeader()
 	f := tc.other(lead)
 	if got, err := putTLS(tlsAddr[f], "through a follower", worker); got != "INSERTED 1\r\n" {
 		t.Fatalf("put over TLS through %s, a follower: %q %v", f.id, got, err)
