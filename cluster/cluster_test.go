@@ -336,7 +336,10 @@ func TestMalformedEntryIsRefusedWhole(t *testing.T) {
 }
 
 func TestSeedReplicatesABinlogsJobsAndItsHighestID(t *testing.T) {
-	g := newGroup(t, 3)
+	// A seed fails if the leader loses the lead while it commits (as it
+	// should); with the default 500 ms heartbeat timeout a loaded machine
+	// deposed it in the middle of these 3 MB. A longer one keeps the lead.
+	g := newGroupOver(t, 3, 2*time.Second, func(_ int, tr *raft.InmemTransport) raft.Transport { return tr })
 	leader, jl := g.leader()
 	var jobs []*record.Job
 	for id := uint64(1); id <= 2000; id += 2 {

@@ -286,23 +286,35 @@ func floodParked(t *testing.T, conns int) (grown int64, closed int) {
 		}()
 	}
 	wg.Wait()
-	// Which did the server close? Those whose read ends (EOF or reset)
-	// rather than waits: a parked reserve sends nothing.
+	// Which did the server close? Those whose read ends (EOF or reset):
+	// a parked reserve sends nothing. How many is read from the server,
+	// not from how long the others stay silent: once every flooder it kept
+	// is parked in reserve, and as many reads have ended as it closed.
 	var n atomic.Int64
 	for _, c := range cs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
 			var b [1]byte
 			if _, err := c.nc.Read(b[:]); !errors.Is(err, os.ErrDeadlineExceeded) {
 				n.Add(1)
 			}
 		}()
 	}
+	waitFor(t, 30*time.Second, "every flooder parked in reserve or closed, and seen closed", func() bool {
+		st := stats(t, other)
+		kept, _ := strconv.Atoi(st["current-connections"])
+		kept-- // other
+		closed = conns - kept
+		return st["current-waiting"] == itoa(kept) && n.Load() == int64(closed)
+	})
+	for _, c := range cs { // the reads still waiting
+		_ = c.nc.SetReadDeadline(time.Now())
+	}
 	wg.Wait()
-	closed = int(n.Load())
-	waitWaiting(t, other, conns-closed)
+	if got := int(n.Load()); got != closed {
+		t.Fatalf("%d flooders' connections ended; the server counts %d closed", got, closed)
+	}
 	rtt := roundTrip(t, other, defaultTimeout)
 	grown = procStatusKB(t, pid, "VmRSS") - rss0
 	t.Logf("%d parked flooders (%d closed): server RSS +%d kB (%d B a connection); another client's round trip %v",

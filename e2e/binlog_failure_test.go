@@ -30,6 +30,7 @@ func limitFileSize(t *testing.T, pid int, n uint64) {
 }
 
 func TestBinlogWriteFailureIsNeverAcknowledged(t *testing.T) {
+	t.Parallel()
 	skipLegacy(t, "upstream disables its binlog on a write error and keeps acknowledging")
 	for _, mode := range []string{"-f0", "-f50"} {
 		t.Run(mode, func(t *testing.T) {

@@ -97,6 +97,7 @@ func eval[T any](t *testing.T, ctx context.Context, expr string) T {
 }
 
 func TestDashboardInABrowser(t *testing.T) {
+	t.Parallel()
 	s, base := startDashboard(t, "--http-public-bodies")
 	ctx := browser(t)
 	c := s.dial(t)
@@ -244,6 +245,7 @@ func historyLen(t *testing.T, base string) int {
 // not from the page's own refreshes (one per 2 s, from when it opened).
 // And at 1,400 pixels every card of the overview sits on its first row.
 func TestDashboardDrawsTheServersHistoryAtFirstPaint(t *testing.T) {
+	t.Parallel()
 	s, base := startDashboard(t)
 	chromium(t)
 	c := s.dial(t)

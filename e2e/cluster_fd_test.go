@@ -25,8 +25,9 @@ import (
 // node does not exit, and once the clients leave, a put through its peer
 // is acknowledged and served through it.
 func TestClusterFollowerKeepsDescriptorsForRaft(t *testing.T) {
+	t.Parallel()
 	tc := startTestCluster(t, 3)
-	lead := tc.leader()
+	lead := tc.agreedLeader()
 	flooded := tc.other(lead)
 	peer := tc.other(lead, flooded)
 	const nofile = 256

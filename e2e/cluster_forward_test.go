@@ -19,8 +19,9 @@ const electionTimeout = 500 * time.Millisecond
 // through the same follower and reserves the job again from the next
 // leader.
 func TestClusterFollowerClosesClientsOfAVanishedLeader(t *testing.T) {
+	t.Parallel()
 	tc := startTestCluster(t, 3)
-	lead := tc.leader()
+	lead := tc.agreedLeader()
 	follower := tc.other(lead)
 	c := follower.srv.dial(t)
 	put(t, c, 0, 0, 60, "x", 1)
@@ -51,6 +52,7 @@ func TestClusterFollowerClosesClientsOfAVanishedLeader(t *testing.T) {
 // forward theirs there: a node whose only client listener is a UNIX
 // socket, out of their reach, is refused at start (exit status 5).
 func TestClusterNodeOnAUnixSocketAloneIsRefused(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 1)
 	nd := tc.nodes[0]
 	sock := filepath.Join(t.TempDir(), "b.sock")
@@ -66,6 +68,7 @@ func TestClusterNodeOnAUnixSocketAloneIsRefused(t *testing.T) {
 // A node handed a UNIX socket and a TCP one (socket activation, the UNIX
 // socket first) serves both and announces the TCP one.
 func TestClusterNodeAnnouncesItsTCPListenerBesideAUnixSocket(t *testing.T) {
+	t.Parallel()
 	tool := lookTool(t, "systemd-socket-activate")
 	tc := newTestCluster(t, 1)
 	nd := tc.nodes[0]

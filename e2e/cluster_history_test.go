@@ -171,6 +171,7 @@ func (h *jobHistory) check(idOfBody map[string]uint64) (porcupine.CheckResult, i
 }
 
 func TestJobModelRefusesAJobHeldByTwoWorkers(t *testing.T) {
+	t.Parallel()
 	op := func(in jobInput, call, ret int64, out string) porcupine.Operation {
 		return porcupine.Operation{ClientId: in.worker, Input: in, Call: call, Output: out, Return: ret}
 	}

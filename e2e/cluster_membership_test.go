@@ -40,6 +40,7 @@ const removedMessage = "beanpole: cluster: this node was removed from the group,
 // unit does not restart) and says why; the leader, asked to remove itself,
 // hands the lead over first, and the group goes on with the others.
 func TestClusterRemovedNodesExitWithStatus78AndTheLeaderHandsOverFirst(t *testing.T) {
+	t.Parallel()
 	tc := startTestCluster(t, 4)
 	lead := tc.leader()
 	c := lead.srv.dial(t)
@@ -81,6 +82,7 @@ func TestClusterRemovedNodesExitWithStatus78AndTheLeaderHandsOverFirst(t *testin
 // add says the node does not answer, the status reports it unreachable and
 // a non-voter, and the group goes on committing.
 func TestClusterAddOfAnUnreachableAddressCannotWedgeTheGroup(t *testing.T) {
+	t.Parallel()
 	tc := startTestCluster(t, 1)
 	lead := tc.leader()
 	port, err := freePort()

@@ -118,6 +118,7 @@ func (w *wire) call(cmd string) (line, body string, err error) {
 }
 
 func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
+	t.Parallel()
 	dur := 12 * time.Second
 	if v := os.Getenv("BEANPOLE_CLUSTER_RANDOM_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)

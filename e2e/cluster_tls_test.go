@@ -39,13 +39,14 @@ func nodeTLSFiles(t *testing.T, ca *testCA, dir, name string) (cert, key, caFile
 func plainHTTP(args []string) []string { return append(args, "--http-plain") }
 
 func TestClusterNodesSpeakMutualTLSAndAStrangerCannotJoin(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t, "cluster CA")
 	certs := t.TempDir()
 	tc := newTestCluster(t, 3)
 	for _, nd := range tc.nodes {
 		tc.start(nd, plainHTTP(nodeTLSArgs(t, ca, certs, nd.id))...)
 	}
-	lead := tc.leader()
+	lead := tc.agreedLeader()
 	follower := tc.other(lead)
 	c := follower.srv.dial(t)
 	put(t, c, 0, 0, 60, "over tls", 1)
@@ -80,6 +81,7 @@ func TestClusterNodesSpeakMutualTLSAndAStrangerCannotJoin(t *testing.T) {
 // node whose certificate only the new CA signed joins and catches up (with
 // the files read at the start, it would be refused as a stranger is).
 func TestClusterNodeLinksTakeTheReloadedCAAtSIGHUP(t *testing.T) {
+	t.Parallel()
 	old := newTestCA(t, "cluster CA")
 	certs := t.TempDir()
 	tc := newTestCluster(t, 3)
@@ -121,6 +123,7 @@ func TestClusterNodeLinksTakeTheReloadedCAAtSIGHUP(t *testing.T) {
 // is served through any node, after the leader's death through the new
 // leader; a client without a certificate is refused through any node too.
 func TestClusterServesTLSClientsThroughAnyNode(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t, "cluster CA")
 	certs := t.TempDir()
 	tc := newTestCluster(t, 3)
@@ -151,7 +154,7 @@ func TestClusterServesTLSClientsThroughAnyNode(t *testing.T) {
 		return line, err
 	}
 
-	lead := tc.leader()
+	lead := tc.agreedLeader()
 	f := tc.other(lead)
 	if got, err := putTLS(tlsAddr[f], "through a follower", worker); got != "INSERTED 1\r\n" {
 		t.Fatalf("put over TLS through %s, a follower: %q %v", f.id, got, err)

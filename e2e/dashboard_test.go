@@ -92,6 +92,7 @@ func counts(t *testing.T, c *conn, tube string) string {
 }
 
 func TestDashboardActionsChangeWhatTheWireSees(t *testing.T) {
+	t.Parallel()
 	s, base := startDashboard(t)
 	c := s.dial(t)
 	fill(t, c)
@@ -159,6 +160,7 @@ func TestDashboardActionsChangeWhatTheWireSees(t *testing.T) {
 
 // Bad input: a clear error, the right status, and nothing changed.
 func TestDashboardRefusesBadInputAndChangesNothing(t *testing.T) {
+	t.Parallel()
 	s, base := startDashboard(t)
 	c := s.dial(t)
 	fill(t, c)
@@ -206,6 +208,7 @@ func TestDashboardRefusesBadInputAndChangesNothing(t *testing.T) {
 }
 
 func TestDashboardWithoutATokenIsReadOnly(t *testing.T) {
+	t.Parallel()
 	skipUnlessBeanpole(t, "the dashboard is beanpole's")
 	s, base := startHTTPServer(t)
 	c := s.dial(t)
@@ -225,6 +228,7 @@ func TestDashboardWithoutATokenIsReadOnly(t *testing.T) {
 
 // With -b, what the dashboard did is in the binlog like any command.
 func TestDashboardActionsSurviveARestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s, base := startDashboard(t, "-b", dir)
 	c := s.dial(t)
@@ -262,6 +266,7 @@ func TestDashboardActionsSurviveARestart(t *testing.T) {
 // percentiles of its ready→reserve and reserve→delete latencies, the
 // histograms /metrics exports.
 func TestDashboardTubePageShowsTimeoutsAndLatencies(t *testing.T) {
+	t.Parallel()
 	s, base := startDashboard(t)
 	c := s.dial(t)
 	mustSend(t, c, "use slow\r\nwatch slow\r\nignore default\r\n")
@@ -302,6 +307,7 @@ func TestDashboardTubePageShowsTimeoutsAndLatencies(t *testing.T) {
 // A tube's page opens on a list with jobs: ready, else delayed, else
 // buried.
 func TestDashboardTubePageOpensOnAListWithJobs(t *testing.T) {
+	t.Parallel()
 	s, base := startDashboard(t)
 	c := s.dial(t)
 	mustSend(t, c, "use t\r\n")

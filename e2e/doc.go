@@ -17,7 +17,9 @@
 //	BEANPOLE_TEST_BIN=/usr/bin/beanstalkd go test .
 //	go build -race -o ../bin/beanpole-race .. && BEANPOLE_TEST_BIN=$PWD/../bin/beanpole-race go test .
 //
-// The last is part of `make test`. A server built with -race is recognised
+// `make test` runs the first, and the last without the tests the Makefile
+// lists in RACE_E2E_SKIP_FILES and RACE_E2E_SKIP_TESTS (`make stress` runs
+// them all). A server built with -race is recognised
 // by its build information: a race it reports (on stderr), or its exit with
 // the race detector's status 66, fails the test that started it, and the
 // bounds on the server's memory and latency are logged as not checked
@@ -25,7 +27,13 @@
 // detector" in harness_test.go for GORACE.
 //
 // Every test runs its own server and most of them wait on timers, so TestMain
-// raises -parallel to 8 unless it is given. -short skips the one test that
+// raises -parallel to 8 unless it is given. The tests that are not parallel
+// bound another client's latency or the server's memory, or set the
+// process's environment; `make test` runs the first kind (E2E_ALONE) after
+// everything else. Cluster tests are parallel but take turns, one cluster
+// at a time across the test processes of a machine (clusterTurn), and
+// against a race-built server every reply may take raceTimeoutFactor times
+// defaultTimeout. -short skips the one test that
 // streams 1 GiB (upstream's cttest_job_size_max_plus_1). TestDifferential
 // compares the server with /usr/bin/beanstalkd and skips when that is
 // missing.

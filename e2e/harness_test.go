@@ -26,8 +26,13 @@ import (
 )
 
 // defaultTimeout bounds every read that expects a reply. Generous on purpose:
-// the suite must stay green on a loaded two-core machine.
-const defaultTimeout = 5 * time.Second
+// the suite must stay green on a loaded two-core machine. Against a
+// race-built server it is raceTimeoutFactor times longer (runMain): the
+// race detector makes the server 2-20 times slower, and a replay or a
+// pipeline that took a second took over five on a busy machine.
+var defaultTimeout = 5 * time.Second
+
+const raceTimeoutFactor = 4
 
 // target describes the binary under test.
 var target struct {
@@ -76,6 +81,9 @@ func runMain(m *testing.M) int {
 		target.bin = bin
 	}
 	target.race = raceBuilt(target.bin)
+	if target.race {
+		defaultTimeout *= raceTimeoutFactor
+	}
 	if err := detectTarget(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: probing %s: %v\n", target.bin, err)
 		return 1

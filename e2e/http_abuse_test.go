@@ -444,23 +444,40 @@ func TestHTTPConnectionsLeaveDescriptorsForTheBinlog(t *testing.T) {
 // later one are written and acknowledged, without a restart. Each job is
 // deleted after its put, so that the binlog moves from file to file with
 // no more spare files than the one made ahead.
+//
+// Whether a reply is held is read from the server, not from how long it
+// takes: the writer logs when it starts to wait for a descriptor and when
+// it has one again. With one command outstanding at a time, the batch the
+// writer waits on holds that command's records, so "no reply yet and the
+// writer waits" is "held", however slow the machine.
 func TestBinlogWaitsOutDescriptorExhaustion(t *testing.T) {
 	skipLegacy(t, "upstream has no descriptor handling in its binlog")
 	t.Parallel()
 	s := blStart(t, t.TempDir(), "-s", "1024", "-f0")
 	c := s.dial(t)
 	job := "put 0 0 60 100\r\n" + strings.Repeat("x", 100) + "\r\n"
-	// send sends cmd and returns its reply line, or held when none comes
-	// within a second.
+	// Each condition is logged once when it starts and once when it ends.
+	logSays := func(starts, ends string) bool {
+		out := s.out.String()
+		return strings.Count(out, starts) > strings.Count(out, ends)
+	}
+	writerWaits := func() bool {
+		return logSays("binlog: out of file descriptors", "binlog: descriptors available again")
+	}
+	// send sends cmd and returns its reply line, or held once the writer
+	// says it waits for a descriptor and no reply has come.
 	send := func(cmd string) (line string, held bool) {
 		mustSend(t, c, cmd)
-		deadline := time.Now().Add(time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for !strings.Contains(string(c.buf), "\r\n") {
-			if err := c.fill(deadline); err != nil {
-				if !isTimeout(err) {
-					t.Fatalf("%q: %v", cmd, err)
-				}
+			if writerWaits() {
 				return "", true
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%q: no reply within 30 s, and the binlog does not say it waits for a descriptor", cmd)
+			}
+			if err := c.fill(time.Now().Add(10 * time.Millisecond)); err != nil && !isTimeout(err) {
+				t.Fatalf("%q: %v", cmd, err)
 			}
 		}
 		return readLine(t, c), false
@@ -510,16 +527,19 @@ func TestBinlogWaitsOutDescriptorExhaustion(t *testing.T) {
 		t.Fatalf("prlimit: %v", err)
 	}
 	if held { // answered now, and written
-		if line := readLine(t, c); !strings.HasPrefix(line, "INSERTED ") && line != "DELETED" {
+		if line := readLineWithin(t, c, 30*time.Second); !strings.HasPrefix(line, "INSERTED ") && line != "DELETED" {
 			t.Fatalf("the held command got %q once descriptors were free", line)
 		}
+		waitFor(t, 30*time.Second, "the binlog to say it has a descriptor again", func() bool { return !writerWaits() })
 	}
-	waitFor(t, 10*time.Second, "puts written again", func() bool {
+	// Puts are refused until the binlog has made a new file again, which
+	// it tries once a second after a failure; none may be held.
+	waitFor(t, 30*time.Second, "puts written again", func() bool {
 		held, ok := cycle()
 		if held {
 			t.Fatalf("a reply held with descriptors free")
 		}
-		return ok
+		return ok && !logSays("binlog: cannot allocate a new segment", "binlog: space available again")
 	})
 	for range 50 {
 		if held, ok := cycle(); !ok {

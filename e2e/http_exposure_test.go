@@ -46,6 +46,7 @@ func getAs(t *testing.T, base, host, path string, hdr ...string) (code int, body
 }
 
 func TestHTTPRefusesForeignHostNames(t *testing.T) {
+	t.Parallel()
 	s, base := startDashboard(t, "--http-host", "beans.example")
 	c := s.dial(t)
 	fill(t, c)
@@ -86,6 +87,7 @@ func TestHTTPRefusesForeignHostNames(t *testing.T) {
 }
 
 func TestDashboardShowsBodiesOnlyWithTheToken(t *testing.T) {
+	t.Parallel()
 	s, base := startDashboard(t)
 	c := s.dial(t)
 	fill(t, c)
@@ -156,6 +158,7 @@ func TestDashboardShowsBodiesOnlyWithTheToken(t *testing.T) {
 }
 
 func TestDashboardBrowsingStopsAtAThousandJobs(t *testing.T) {
+	t.Parallel()
 	s, base := startDashboard(t)
 	c := s.dial(t)
 	var b strings.Builder
@@ -233,6 +236,7 @@ func refusalLines(t *testing.T, s *server) (lines int, events int) {
 }
 
 func TestDashboardLimitsWrongTokensPerAddress(t *testing.T) {
+	t.Parallel()
 	s, base := startDashboard(t, "--log-json")
 	c := s.dial(t)
 	fill(t, c)
@@ -313,6 +317,7 @@ func TestDashboardLimitsWrongTokensPerAddress(t *testing.T) {
 }
 
 func TestDashboardReachesEveryLegalTubeName(t *testing.T) {
+	t.Parallel()
 	s, base := startDashboard(t)
 	c := s.dial(t)
 	names := []string{".", "..", "...", "a+b", "x;y", "$c", "(p)", "a/b", "_", "A-Z.9"}

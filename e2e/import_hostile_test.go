@@ -87,6 +87,7 @@ func untouched(t *testing.T, dir string) {
 // named once: the dry run reports it at once and the server refuses to
 // start on it, as on any damage, until it is accepted.
 func TestImportStrayHighNumberedFileIsOneGap(t *testing.T) {
+	t.Parallel()
 	skipUnlessBeanpole(t, "the import of an upstream binlog is beanpole's")
 	dir := upstreamDir(t, ut.File(7, 64, ut.Put(1, "t", "one\r\n")))
 	if err := os.WriteFile(filepath.Join(dir, "binlog.999999999999"), nil, 0o600); err != nil {
@@ -116,6 +117,7 @@ func TestImportStrayHighNumberedFileIsOneGap(t *testing.T) {
 // writer forever): the dry run and the server's start say they skip it,
 // import the rest, and the pipe is moved aside with upstream's files.
 func TestImportSkipsANamedPipe(t *testing.T) {
+	t.Parallel()
 	skipUnlessBeanpole(t, "the import of an upstream binlog is beanpole's")
 	dir := upstreamDir(t, ut.File(7, 64, ut.Put(1, "t", "one\r\n")))
 	if err := syscall.Mkfifo(filepath.Join(dir, "binlog.2"), 0o600); err != nil {
@@ -143,6 +145,7 @@ func TestImportSkipsANamedPipe(t *testing.T) {
 // preallocation would be) costs no disk, and no time: the hole is passed
 // over, not read as zeros. Reading it took close to a minute.
 func TestImportPassesOverASparseFile(t *testing.T) {
+	t.Parallel()
 	skipUnlessBeanpole(t, "the import of an upstream binlog is beanpole's")
 	dir := upstreamDir(t, ut.File(7, 0, ut.Put(1, "t", "one\r\n")))
 	if err := os.Truncate(filepath.Join(dir, "binlog.1"), 20<<30); err != nil {
@@ -170,6 +173,7 @@ func TestImportPassesOverASparseFile(t *testing.T) {
 // each is refused by name, by the dry run, by --accept-damage and by the
 // server's start, and nothing is changed.
 func TestImportRefusesWhatWouldReuseIDs(t *testing.T) {
+	t.Parallel()
 	skipUnlessBeanpole(t, "the import of an upstream binlog is beanpole's")
 	one, last := ut.Put(1, "t", "one\r\n"), ut.Put(math.MaxUint64, "t", "last\r\n")
 	mismatched := ut.File(7, 64, one, ut.Put(2, "t", "two\r\n"), ut.Put(3, "t", "three\r\n"))
@@ -210,6 +214,7 @@ func TestImportRefusesWhatWouldReuseIDs(t *testing.T) {
 // 1, 2 ... again), while the jobs there are still served. A restart on
 // that binlog says no id is left and still refuses puts.
 func TestIDsNeverWrapAfterAnImport(t *testing.T) {
+	t.Parallel()
 	skipUnlessBeanpole(t, "the import of an upstream binlog is beanpole's")
 	dir := upstreamDir(t, ut.File(7, 64, ut.Put(1, "t", "one\r\n"), ut.Put(math.MaxUint64-2, "t", "near\r\n")))
 	const few = "only 2 job ids are left; once they are handed out, every put is answered INTERNAL_ERROR (ids are never reused)"
@@ -250,6 +255,7 @@ func TestIDsNeverWrapAfterAnImport(t *testing.T) {
 // (an I/O error) stops the start with exit 1, as C's failed replay, not
 // 10, which says another server holds the directory.
 func TestBinlogSymlinksThatLeadNowhereAreSkipped(t *testing.T) {
+	t.Parallel()
 	skipUnlessBeanpole(t, "the import of an upstream binlog is beanpole's")
 	links := func(t *testing.T, dir string, dangling, looping int) {
 		t.Helper()

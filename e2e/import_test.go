@@ -275,6 +275,7 @@ func runBeanpole(t *testing.T, env string, args ...string) (string, int) {
 // C's highest; a restart reads beanpole's own log and imports nothing
 // twice.
 func TestImportFromBeanstalkd(t *testing.T) {
+	t.Parallel()
 	skipUnlessBeanpole(t, "the import of an upstream binlog is beanpole's")
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
@@ -334,6 +335,7 @@ func atoi(t *testing.T, s string) int {
 // import), the next run finishes it: every job once, the upstream files
 // aside, nothing left of the staging.
 func TestImportFinishesAfterACrashAtEachStep(t *testing.T) {
+	t.Parallel()
 	skipUnlessBeanpole(t, "the import of an upstream binlog is beanpole's")
 	src := t.TempDir()
 	b := makeCBinlog(t, src, syscall.SIGKILL)
@@ -376,6 +378,7 @@ func TestImportFinishesAfterACrashAtEachStep(t *testing.T) {
 // itself would have read. A record torn at the end of a file is left out
 // with a warning and the server starts.
 func TestImportDamagedBinlog(t *testing.T) {
+	t.Parallel()
 	skipUnlessBeanpole(t, "the import of an upstream binlog is beanpole's")
 	if _, err := os.Stat(referenceBin); err != nil {
 		t.Skipf("C beanstalkd not installed: %v", err)

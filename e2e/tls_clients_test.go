@@ -128,6 +128,7 @@ func checkExampleDone(t *testing.T, ts *tlsServer) {
 // the server's address and CA put in for queue.example.com:11301 and
 // ca.pem. It prints the body it reserved and deletes the job.
 func TestTLSGreenstalkClientFromTheDocs(t *testing.T) {
+	t.Parallel()
 	skipUnlessBeanpole(t, "TLS is beanpole's")
 	code := docClientBlock(t, "python")
 	python, err := exec.LookPath("python3")

@@ -254,6 +254,7 @@ func TestHTTPSSIGHUPRotatesTheCertificate(t *testing.T) {
 // without), and a node joins through it with --join, trusting the group's
 // CA.
 func TestClusterStatusAndJoinOverHTTPS(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t, "cluster CA")
 	certs := t.TempDir()
 	caFile := filepath.Join(certs, "ca.pem")

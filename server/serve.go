@@ -218,7 +218,6 @@ func graceOver(calls <-chan call, d time.Duration) {
 // turns it off).
 func (s *Server) limitMemory(eng *engine.Engine, srv *loop.Server) {
 	cfg, log := s.cfg, s.log
-	s.eng.Store(eng)
 	budget := config.DetectMemoryBudget()
 	input := max(budget.Bytes/8, 64<<20)
 	if v, err := strconv.ParseInt(os.Getenv("BEANPOLE_INPUT_BUDGET_MB"), 10, 32); err == nil && v > 0 {
@@ -230,6 +229,9 @@ func (s *Server) limitMemory(eng *engine.Engine, srv *loop.Server) {
 		ceiling = config.DefaultJobMemory(budget.Bytes)
 	}
 	eng.SetJobMemoryLimit(ceiling)
+	// Published once set up: the releaser of an earlier serve (a node
+	// that leads again) reads the engine it finds here.
+	s.eng.Store(eng)
 	if os.Getenv("GOMEMLIMIT") == "" && budget.Bytes > 0 {
 		debug.SetMemoryLimit(config.SoftMemoryLimit(budget.Bytes))
 	}
