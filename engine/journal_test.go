@@ -374,28 +374,25 @@ func (d *deadlineJournal) Put(j *record.Job, ack record.Ack) error {
 	return d.fakeJournal.Put(j, ack)
 }
 
-// A record's wall-clock deadline is the engine's wall clock plus the
+// A record's wall-clock deadline is the engine's wall clock (the host's
+// wall clock when the engine started, plus monotonic time since) plus the
 // delay, and the wall offset moves it by exactly the offset: what a node
-// whose clock is off stamps in the records others replay.
+// whose clock is off stamps in the records others replay. The engine runs
+// on a clock the test drives, so the deadline is exact and a step of the
+// host's wall clock while the test runs cannot move it.
 func TestWallOffsetMovesRecordedDeadlinesByTheOffset(t *testing.T) {
-	const delay, offset = time.Minute, time.Hour
-	var stamped [2]int64
-	var before, after [2]int64
-	for i, off := range []time.Duration{0, offset} {
-		e := New(1)
+	const delay, elapsed = time.Minute, 3 * time.Second
+	for _, off := range []time.Duration{0, time.Hour, -time.Hour} {
+		e, mc := newManualEngine(1)
 		e.SetWallOffset(off)
 		d := &deadlineJournal{}
 		e.SetJournal(d)
 		c, _ := newTestClient(e, 1)
-		before[i] = time.Now().UnixNano()
+		mc.Advance(elapsed)
 		put(t, c, 0, delay, "x")
-		after[i] = time.Now().UnixNano()
-		stamped[i] = d.deadlines[0]
-	}
-	for i, off := range []time.Duration{0, offset} {
-		lo, hi := before[i]+int64(delay+off), after[i]+int64(delay+off)
-		if stamped[i] < lo-int64(time.Millisecond) || stamped[i] > hi+int64(time.Millisecond) {
-			t.Fatalf("offset %v: deadline %d, want within [%d, %d]", off, stamped[i], lo, hi)
+		want := e.base.UnixNano() + int64(elapsed+delay+off)
+		if got := d.deadlines[0]; got != want {
+			t.Fatalf("offset %v: deadline %d, want %d (%v off)", off, got, want, time.Duration(got-want))
 		}
 	}
 }
