@@ -87,14 +87,25 @@ fuzz-short:
 #   bounds on memory and latency, which a race build does not check
 #   (raceSkipsBound), while it runs them 5-15 times slower; the flow
 #   control they drive is in backpressure, robustness and pipeline.
-# And RACE_E2E_SKIP_TESTS: cluster tests that mostly wait (a raft port's
-# handshake deadline, five failovers in a row, a C binlog's import) on
-# paths that the other cluster tests race (the cluster tests of both
-# passes take turns, one cluster at a time, e2e/cluster_test.go, so they
-# are the longest chain of make test); and the thousand parked flooders,
-# a bound on memory that makes the race build take in 512 MiB of input.
+# And RACE_E2E_SKIP_TESTS: the cluster tests of both passes take turns,
+# one cluster at a time (e2e/cluster_test.go), so they are the longest
+# chain of make test; the race pass keeps those of replication, failover,
+# fencing, forwarding and forged RPCs, and leaves out those that mostly
+# wait (a raft port's handshake deadline, five failovers in a row, a C
+# binlog's import) and those of flags, listeners, status, membership and
+# certificate reloads, whose paths run once, in order, between elections
+# (stress runs them race-built too). And the thousand parked flooders, a
+# bound on memory that makes the race build take in 512 MiB of input.
 RACE_E2E_SKIP_TESTS := TestRaftPortFloodOfSilentConnectionsDoesNotStopAFailover TestClusterFailoverTime \
-	TestClusterSeededFromABeanstalkdBinlog TestThousandParkedFloodersStayBounded
+	TestClusterSeededFromABeanstalkdBinlog TestThousandParkedFloodersStayBounded \
+	TestClusterStatusJoinAndTransferThroughTheHTTPSide TestClusterStatusAndJoinOverHTTPS \
+	TestClusterStatusWithoutTheTokenRevealsNoTopology TestClusterNodeLeadsAgainAfterHandingTheLeadOver \
+	TestClusterAddOfAnUnreachableAddressCannotWedgeTheGroup TestClusterClockOffsetOnOneNodeMovesOnlyDelays \
+	TestClusterRemovedNodesExitWithStatus78AndTheLeaderHandsOverFirst \
+	TestClusterNodeAnnouncesItsTCPListenerBesideAUnixSocket TestClusterNodeOnAUnixSocketAloneIsRefused \
+	TestRaftPlaintextOffLoopbackNeedsTheInsecureFlag TestClusterNodesSpeakMutualTLSAndAStrangerCannotJoin \
+	TestClusterNodeLinksTakeTheReloadedCAAtSIGHUP TestDashboardWithoutTheTokenRevealsNoRaftAddresses \
+	TestClusterFollowerKeepsDescriptorsForRaft TestClusterFollowerOutlivesSIGUSR1AndSIGHUPAndDrainsOnceItLeads
 RACE_E2E_SKIP_FILES := catalogue_jobs_test.go catalogue_parse_test.go catalogue_stats_test.go \
 	catalogue_tubes_test.go limits_test.go import_test.go import_from_test.go import_hostile_test.go \
 	deb_test.go browser_test.go memory_test.go memory_bounds_test.go reply_bounds_test.go \

@@ -35,7 +35,7 @@ package e2e
 //	                            history)
 //	BEANPOLE_RANDOM_DURATION=D  the wall time of the test (e.g. 30m, with a
 //	                            go test -timeout above it) instead of about
-//	                            20 s; the three modes run side by side, each
+//	                            10 s; the three modes run side by side, each
 //	                            for D, split between its two phases
 //
 // No assertion depends on timing tighter than rSlack around a TTR, a pause or
@@ -71,7 +71,7 @@ const (
 	// gives up on it and closes its connection (nothing guarantees a job).
 	rParkPatience = time.Second
 	// rDefaultDuration is each mode's wall time without BEANPOLE_RANDOM_DURATION.
-	rDefaultDuration = 20 * time.Second
+	rDefaultDuration = 10 * time.Second
 )
 
 type randomMode struct {
