@@ -240,7 +240,7 @@ func historyLen(t *testing.T, base string) int {
 	return len(h.Time)
 }
 
-// A page opened after a minute of load draws that minute at its first
+// A page opened after 20 s of load draws those seconds at its first
 // paint: the charts come from the server's history (one sample per 5 s),
 // not from the page's own refreshes (one per 2 s, from when it opened).
 // And at 1,400 pixels every card of the overview sits on its first row.
@@ -251,11 +251,11 @@ func TestDashboardDrawsTheServersHistoryAtFirstPaint(t *testing.T) {
 	c := s.dial(t)
 	mustSend(t, c, "use work\r\nwatch work\r\nignore default\r\n")
 	expect(t, c, "USING work\r\nWATCHING 2\r\nWATCHING 1\r\n")
-	// Batches of load until the history holds 12 samples (55 s at least):
+	// Batches of load until the history holds 5 samples (20 s at least):
 	// each puts 30 jobs and a delayed one, reserves 20, deletes 18 and
 	// buries 2, so ready, delayed and buried grow and the rates are not 0.
 	// The pause between batches paces the load; it synchronises nothing.
-	const want = 12
+	const want = 5
 	id := uint64(0)
 	start := time.Now()
 	for n := 0; n < want; n = historyLen(t, base) {
