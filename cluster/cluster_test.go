@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"math"
@@ -332,6 +333,58 @@ func TestMalformedEntryIsRefusedWhole(t *testing.T) {
 		if id, _, _ := f.Leader(); id != "" {
 			t.Fatalf("%s: the leader became %q", name, id)
 		}
+	}
+}
+
+// A snapshot is checked as entries are: one that holds a job no engine
+// could have written, or a leader announcement that is not HOST:PORT, is
+// refused, and the state it would have replaced stays.
+func TestMalformedSnapshotIsRefusedWhole(t *testing.T) {
+	forge := func(j *record.Job, leader string) []byte {
+		var b []byte
+		b = append(b, snapMagic1...)
+		b = binary.LittleEndian.AppendUint64(b, 9)
+		b = binary.LittleEndian.AppendUint64(b, 1)
+		full := record.AppendFull(nil, j)
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(full)))
+		b = append(b, full...)
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(leader)))
+		return append(b, leader...)
+	}
+	bad := func(edit func(j *record.Job)) []byte {
+		j := job(9)
+		edit(j)
+		return forge(j, "n1\x00127.0.0.1:11300")
+	}
+	for name, snap := range map[string][]byte{
+		"id 0":                             bad(func(j *record.Job) { j.ID = 0 }),
+		"the largest id":                   bad(func(j *record.Job) { j.ID = math.MaxUint64 }),
+		"a tube name the protocol refuses": bad(func(j *record.Job) { j.Tube = "-dash" }),
+		"a body without its CRLF":          bad(func(j *record.Job) { j.Body = []byte("body 9") }),
+		"a negative TTR":                   bad(func(j *record.Job) { j.TTR = -time.Second }),
+		"a leader not HOST:PORT":           forge(job(9), "n1\x00nowhere"),
+		"a leader with no id":              forge(job(9), "\x00127.0.0.1:11300"),
+	} {
+		f := NewFSM()
+		entry := appendFramed([]byte{entryRecords}, record.AppendFull(nil, job(1)))
+		if resp := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: entry}); resp != nil {
+			t.Fatal(resp)
+		}
+		var sink memSink
+		sink.Write(snap)
+		if err := f.Restore(io.NopCloser(&sink)); err == nil {
+			t.Fatalf("%s: the snapshot was restored without an error", name)
+		}
+		if jobs, maxID := f.State(); len(jobs) != 1 || jobs[0].ID != 1 || maxID != 1 {
+			t.Fatalf("%s: %d jobs, max id %d after a refused snapshot; want job 1 alone", name, len(jobs), maxID)
+		}
+	}
+	// The same snapshot with a job an engine writes restores.
+	f := NewFSM()
+	var sink memSink
+	sink.Write(forge(job(9), "n1\x00127.0.0.1:11300"))
+	if err := f.Restore(io.NopCloser(&sink)); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -60,17 +60,14 @@ func NewFSM() *FSM {
 }
 
 // Apply folds one committed entry into the state. A malformed entry is
-// returned as the entry's response (the leader's journal then fails);
-// the records before the damage stay applied on every node alike.
+// refused whole, on every node alike: nothing of it is applied, and the
+// error is the entry's response (the leader's journal then fails).
 func (f *FSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.applied = l.Index
 	if l.Type != raft.LogCommand || len(l.Data) == 0 {
 		return nil
-	}
-	if !l.AppendedAt.IsZero() {
-		f.expire(l.AppendedAt.UnixNano())
 	}
 	if err := validEntry(l.Data); err != nil {
 		// Only a leader that is not one of ours (a forged entry) or a
@@ -81,6 +78,9 @@ func (f *FSM) Apply(l *raft.Log) any {
 		}
 		f.log.Error().Err(err).Uint64("index", l.Index).Msg("cluster: refused a malformed entry")
 		return fmt.Errorf("cluster: entry %d refused: %w", l.Index, err)
+	}
+	if !l.AppendedAt.IsZero() {
+		f.expire(l.AppendedAt.UnixNano())
 	}
 	switch l.Data[0] {
 	case entryRecords:
@@ -365,6 +365,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		if err := record.Decode(p, &rec); err != nil || rec.Kind != record.KindFull {
 			return fmt.Errorf("cluster: snapshot job %d of %d is not a full record: %v", i+1, n, err)
 		}
+		if err := validRecord(&rec); err != nil {
+			return fmt.Errorf("cluster: snapshot job %d of %d: %w", i+1, n, err)
+		}
 		st.apply(&rec) // the body aliases p, which nothing else holds
 	}
 	lb, err := snapString(r, "leader")
@@ -372,6 +375,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	id, addr, _ := strings.Cut(string(lb), "\x00")
+	if id != "" || addr != "" { // "\x00": no leader known when it was taken
+		if err := validEntry(append([]byte{entryLeader}, lb...)); err != nil {
+			return fmt.Errorf("cluster: snapshot leader: %w", err)
+		}
+	}
 	plain, _, _ := strings.Cut(addr, "\x00")
 	clients := map[string]string{}
 	if id != "" {
@@ -436,7 +444,7 @@ func restoreClients(r io.Reader) (map[string]string, error) {
 			return nil, fmt.Errorf("cluster: snapshot client address %d of %d: %w", i+1, n, err)
 		}
 		id, addr, _ := strings.Cut(string(b), "\x00")
-		clients[id] = addr
+		clients[id], _, _ = strings.Cut(addr, "\x00") // as Apply keeps it: the plain address
 	}
 	return clients, nil
 }
