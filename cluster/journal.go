@@ -33,6 +33,7 @@ type Journal struct {
 	mu     sync.Mutex
 	entry  []byte // the entry being filled: entryRecords, then framed records
 	acks   []record.Ack
+	sealed []pending // filled entries queued before entry, oldest first (Pause)
 	failed error
 	wake   chan struct{}
 	done   chan struct{} // closed by Close: the batcher, then the completer, end
@@ -46,6 +47,11 @@ type Journal struct {
 	// so the leader holds each body once, not twice.
 	lentMu sync.Mutex
 	lent   map[uint64][]byte
+}
+
+type pending struct {
+	entry []byte
+	acks  []record.Ack
 }
 
 type inflight struct {
@@ -66,6 +72,11 @@ func newJournal(r *raft.Raft, latency prometheus.Observer) *Journal {
 // patched by end.
 func (j *Journal) begin() (int, error) {
 	j.mu.Lock()
+	return j.beginLocked()
+}
+
+// beginLocked is begin with j.mu held; it unlocks it on failure.
+func (j *Journal) beginLocked() (int, error) {
 	if j.failed != nil {
 		j.mu.Unlock()
 		return 0, j.failed
@@ -83,11 +94,15 @@ func (j *Journal) end(at int, ack record.Ack) error {
 	binary.LittleEndian.PutUint32(j.entry[at:], uint32(len(j.entry)-at-4))
 	j.acks = append(j.acks, ack)
 	j.mu.Unlock()
+	j.wakeBatcher()
+	return nil
+}
+
+func (j *Journal) wakeBatcher() {
 	select {
 	case j.wake <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // Put queues the full record of a new job.
@@ -154,14 +169,33 @@ func (j *Journal) Kick(id uint64, c record.Counters, ack record.Ack) error {
 }
 
 // Pause queues a pause record (engine.PauseJournal): pauses are
-// replicated, so a new leader keeps them. ack may be nil.
+// replicated, so a new leader keeps them. ack may be nil. A pause record
+// is an entry of its own: a node built before pauses were replicated
+// refuses an entry that holds one whole, and must lose only the pause,
+// never other clients' records beside it.
 func (j *Journal) Pause(p *record.Pause, ack record.Ack) error {
-	at, err := j.begin()
+	j.mu.Lock()
+	j.sealLocked()
+	at, err := j.beginLocked()
 	if err != nil {
 		return err
 	}
 	j.entry = record.AppendPause(j.entry, p)
-	return j.end(at, ack)
+	binary.LittleEndian.PutUint32(j.entry[at:], uint32(len(j.entry)-at-4))
+	j.acks = append(j.acks, ack)
+	j.sealLocked()
+	j.mu.Unlock()
+	j.wakeBatcher()
+	return nil
+}
+
+// sealLocked queues the entry being filled, if it holds any record, so
+// that later records go in another.
+func (j *Journal) sealLocked() {
+	if len(j.acks) > 0 {
+		j.sealed = append(j.sealed, pending{j.entry, j.acks})
+		j.entry, j.acks = nil, nil
+	}
 }
 
 // Rewrite is the binlog's compaction hook; raft compacts by snapshots, so
@@ -181,20 +215,27 @@ func (j *Journal) batcher() {
 		case <-j.wake:
 		case <-j.done:
 			j.mu.Lock()
-			acks, failed := j.acks, j.failed
-			j.entry, j.acks = nil, nil
+			j.sealLocked()
+			sealed, failed := j.sealed, j.failed
+			j.sealed = nil
 			j.mu.Unlock()
-			for _, a := range acks {
-				if a != nil {
-					a.Durable(failed)
+			for _, p := range sealed {
+				for _, a := range p.acks {
+					if a != nil {
+						a.Durable(failed)
+					}
 				}
 			}
 			return
 		}
 		j.mu.Lock()
-		entry, acks := j.entry, j.acks
+		sealed, entry, acks := j.sealed, j.entry, j.acks
+		j.sealed = nil
 		j.entry, j.acks = make([]byte, 0, len(entry)), make([]record.Ack, 0, len(acks))
 		j.mu.Unlock()
+		for _, p := range sealed {
+			j.flight <- inflight{f: j.r.Apply(p.entry, 0), acks: p.acks, at: time.Now()}
+		}
 		if len(acks) == 0 {
 			continue
 		}
