@@ -45,7 +45,8 @@ test-unit:
 E2E_ALONE := TestPipelinedRunDoesNotStallOtherClients TestSlowOperationsDoNotStallOtherTubes TestAcceptBurstSpreadsOverLoops \
 	TestUnsentRepliesStayWithinTheCapPerConnection TestListTubesToNonReadersStaysUnderTheCeiling \
 	TestTLSNonReadersCostWhatPlaintextOnesDo TestHTTPAbuseLeavesTheProtocolServedAndMemoryBounded \
-	TestLargeBodyDoesNotStallOthers TestManyIdleConnections TestThousandParkedFloodersStayBounded
+	TestLargeBodyDoesNotStallOthers TestManyIdleConnections TestThousandParkedFloodersStayBounded \
+	TestTLSPartialRecordsAreChargedAsPlaintextBodies
 space := $() $()
 e2e-alone = ^($(subst $(space),|,$(strip $(E2E_ALONE))))$$
 
@@ -99,7 +100,7 @@ fuzz-short:
 RACE_E2E_SKIP_TESTS := TestRaftPortFloodOfSilentConnectionsDoesNotStopAFailover TestClusterFailoverTime \
 	TestClusterSeededFromABeanstalkdBinlog TestThousandParkedFloodersStayBounded \
 	TestClusterStatusJoinAndTransferThroughTheHTTPSide TestClusterStatusAndJoinOverHTTPS \
-	TestClusterStatusWithoutTheTokenRevealsNoTopology TestClusterNodeLeadsAgainAfterHandingTheLeadOver \
+	TestClusterStatusWithoutTheTokenRevealsNoTopology \
 	TestClusterAddOfAnUnreachableAddressCannotWedgeTheGroup TestClusterClockOffsetOnOneNodeMovesOnlyDelays \
 	TestClusterRemovedNodesExitWithStatus78AndTheLeaderHandsOverFirst \
 	TestClusterNodeAnnouncesItsTCPListenerBesideAUnixSocket TestClusterNodeOnAUnixSocketAloneIsRefused \
@@ -115,10 +116,10 @@ race-skip = $(shell cd e2e && sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing\
 race: race-unit race-gnet race-e2e
 
 # The cluster package's tests of what runs beside raft's own goroutines (the
-# state machine and its snapshots, the fence and the lease); its tests of
+# state machine and its snapshots, the journal's entries, the lease); its tests of
 # elections and membership are timers on a loaded machine, which run in
 # test-unit and, race-built, in race-e2e.
-RACE_CLUSTER := Snapshot|FSM|Fence|Lease
+RACE_CLUSTER := ^Test(Snapshot|FSM|Lease|Malformed|PauseRecord)
 race-unit:
 	$(GO) test -count=1 -race ./engine/... ./loop/... ./codec/... ./persist/... ./admin/... ./server/...
 	$(GO) test -count=1 -race -run '$(RACE_CLUSTER)' ./cluster/
