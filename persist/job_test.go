@@ -1,10 +1,12 @@
 package persist
 
 import (
-	"github.com/beanpole/beanpole/record"
-
 	"errors"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/beanpole/beanpole/record"
 )
 
 func TestFrameHeader(t *testing.T) {
@@ -48,5 +50,29 @@ func TestAppendValidates(t *testing.T) {
 		if err := l.Append(rec, nil); !errors.Is(err, ErrBadRecord) {
 			t.Errorf("%s: %v, want ErrBadRecord", name, err)
 		}
+	}
+}
+
+// A binlog never holds a pause record (the single server does not log
+// pauses, as upstream's does not): a frame of one, however well formed, is
+// damage or a stranger's bytes, reported like any frame this version does
+// not read, and the records around it still replay.
+func TestReplayReportsAPauseRecordAsABadFrame(t *testing.T) {
+	buf := make([]byte, segHeaderSize)
+	putSegHeader(buf, 1)
+	for i, p := range [][]byte{
+		record.AppendHighWater(nil, 0),
+		record.AppendPause(nil, &record.Pause{Tube: "t", Delay: time.Minute, Until: 1}),
+		record.AppendFull(nil, &record.Job{ID: 1, Tube: "t", State: record.StateReady, Body: []byte("x\r\n")}),
+	} {
+		buf = appendFrame(buf, uint64(i+1), p, checksum(p))
+	}
+	rp := newReplay()
+	sc := scanSegment(buf, 1, 0, func(r *record.Record, lsn uint64, n int64) error { return rp.apply(r, 1, lsn, n) })
+	if len(sc.bad) != 1 || sc.bad[0].lsn != 2 || !strings.Contains(sc.bad[0].why, "pause") {
+		t.Fatalf("bad frames %+v, want the pause record's (LSN 2)", sc.bad)
+	}
+	if _, ok := rp.live.Jobs[1]; !ok || sc.records != 2 {
+		t.Fatalf("%d records replayed, job 1 live: %v; want the id mark and job 1", sc.records, ok)
 	}
 }

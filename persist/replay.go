@@ -25,6 +25,10 @@ func (r *replay) apply(rec *record.Record, seq, lsn uint64, frameLen int64) erro
 	if rec.Kind == record.KindFull && rec.ID == 0 {
 		return fmt.Errorf("%w: job id 0", ErrBadRecord)
 	}
+	if rec.Kind == record.KindPause {
+		// Pauses are the cluster's: a binlog never holds one.
+		return fmt.Errorf("%w: a pause record, which no binlog holds", ErrBadRecord)
+	}
 	r.lastLSN = lsn
 	r.records++
 	if rec.Kind == record.KindFull {
