@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -62,8 +61,7 @@ func (s *Server) runNode() int {
 			if jl != nil {
 				node.StepDown(jl)
 			}
-			leaveCluster(node, log)
-			return 0
+			return leaveCluster(node, log)
 		}
 		if cfg.ClusterImport != "" && !seeded {
 			if code := seed(node, cfg.ClusterImport, log, s.stderr); code != 0 {
@@ -283,10 +281,11 @@ func clientAddr(ln net.Listener, raftAddr string) string {
 }
 
 // leaveCluster hands the lead to another node if this one leads (so the
-// group does not wait for an election timeout), then stops raft.
-func leaveCluster(node *cluster.Node, log zerolog.Logger) {
+// group does not wait for an election timeout), then stops raft. It
+// returns the process's exit status: 1 if raft's stores did not close.
+func leaveCluster(node *cluster.Node, log zerolog.Logger) int {
 	if node == nil {
-		return
+		return 0
 	}
 	done := make(chan error, 1)
 	go func() { done <- node.TransferLeader("") }()
@@ -299,6 +298,7 @@ func leaveCluster(node *cluster.Node, log zerolog.Logger) {
 	}
 	if err := node.Close(); err != nil {
 		log.Error().Err(err).Msg("cluster: closing")
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }

@@ -181,7 +181,7 @@ func (s *Server) stop(c call, srv *loop.Server, blog *persist.Log, node *cluster
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	srv.Stop(ctx)
 	cancel()
-	leaveCluster(node, log)
+	code := leaveCluster(node, log)
 	if blog != nil {
 		// Write and fsync what is queued before exiting.
 		if err := blog.Close(); err != nil {
@@ -189,7 +189,7 @@ func (s *Server) stop(c call, srv *loop.Server, blog *persist.Log, node *cluster
 			return 1
 		}
 	}
-	return 0
+	return code
 }
 
 // graceOver waits d, or until another stop comes first (a drain changes

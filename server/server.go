@@ -102,20 +102,10 @@ func New(cfg *config.Config, o Options) (*Server, int) {
 	} else {
 		s.log.Debug().Uint64("nofile", hard).Msg("open-file limit raised")
 	}
-	if code := s.listen(); code != 0 {
-		return nil, code
-	}
-	if code := s.loadTLS(); code != 0 {
-		return nil, code
-	}
-	if code := s.listenHTTP(); code != 0 {
-		return nil, code
-	}
-	if cfg.User != "" {
-		if err := config.DropPrivileges(cfg.User); err != nil {
-			s.adm.Close()
-			fmt.Fprintf(s.stderr, "beanpole: %v\n", err)
-			return nil, config.ExitCodeFor(err)
+	for _, step := range []func() int{s.listen, s.loadTLS, s.listenHTTP, s.dropPrivileges} {
+		if code := step(); code != 0 {
+			s.closeBound()
+			return nil, code
 		}
 	}
 	// SIGHUP reads the TLS files again as the -u user.
@@ -181,6 +171,33 @@ func (s *Server) Reload() { s.hup.reload() }
 
 // listen binds the protocol's plaintext listeners (none with --tls-only).
 // A cluster node needs a TCP one among them (clientListener).
+// dropPrivileges takes on -u's user, once everything that needs root is
+// bound and read.
+func (s *Server) dropPrivileges() int {
+	if s.cfg.User == "" {
+		return 0
+	}
+	if err := config.DropPrivileges(s.cfg.User); err != nil {
+		fmt.Fprintf(s.stderr, "beanpole: %v\n", err)
+		return config.ExitCodeFor(err)
+	}
+	return 0
+}
+
+// closeBound closes what New bound before it failed, so that a process
+// that starts a server in it and goes on (a test) keeps no listener.
+func (s *Server) closeBound() {
+	for _, ln := range s.lns {
+		ln.Close()
+	}
+	if s.tlsLn != nil {
+		s.tlsLn.Close()
+	}
+	if s.adm != nil {
+		s.adm.Close()
+	}
+}
+
 func (s *Server) listen() int {
 	cfg := s.cfg
 	if !cfg.TLSOnly {

@@ -145,3 +145,32 @@ func put(t *testing.T, conn net.Conn, r *bufio.Reader) string {
 	}
 	return line
 }
+
+// A New that fails part way closes what it had bound: the protocol
+// listener is free again when the HTTP address cannot be taken.
+func TestFailedNewClosesWhatItBound(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(free.Addr().String())
+	free.Close()
+	cfg, code, done := config.Parse([]string{"-l", "127.0.0.1", "-p", port, "--http", busy.Addr().String()}, io.Discard, io.Discard)
+	if done {
+		t.Fatalf("config.Parse: status %d", code)
+	}
+	var stderr logbuf.Buffer
+	if s, code := New(&cfg, Options{Log: zerolog.Nop(), Stderr: &stderr}); s != nil || code != config.ExitListen {
+		t.Fatalf("New with its HTTP address taken: server %v, status %d, want none and %d", s, code, config.ExitListen)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", port))
+	if err != nil {
+		t.Fatalf("the protocol port is still held after New failed: %v", err)
+	}
+	ln.Close()
+}
