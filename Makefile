@@ -31,9 +31,8 @@ vet:
 # latency or the server's memory while one client loads it, and they are
 # the tests that are not parallel in the suite. The fuzz budget is a count,
 # not a duration: go1.26's fuzz coordinator can report a spurious "context
-# deadline exceeded" when a duration runs out on a loaded machine
-# (golang/go#75804, fixed in go1.27). The long versions of the searches
-# are in stress.
+# deadline exceeded" when a duration runs out on a loaded machine. The
+# long versions of the searches are in stress.
 TEST_STEPS := race-e2e test-e2e race-unit test-unit fuzz-short vet race-gnet test-bench
 test:
 	@$(MAKE) --no-print-directory -j$(words $(TEST_STEPS)) --output-sync=target $(TEST_STEPS)

@@ -230,11 +230,9 @@ func TestTLSNonReadersCostWhatPlaintextOnesDo(t *testing.T) {
 // under a 256 MiB ceiling and an address-space limit: the records
 // still arriving are charged as the plaintext bodies are, the TLS clients
 // cost within 1.3 times the plaintext ones in RSS, and a fresh client's
-// put and reserve are answered meanwhile. A record still arriving sat,
-// uncharged, in a ring buffer rounded up to 32 KiB (65 KiB of RSS per
-// such client against 27 KiB on plaintext), and crypto/tls's record
-// buffer, which keeps the size of the largest record it has read, was
-// charged nowhere.
+// put and reserve are answered meanwhile. Both a record still arriving
+// and crypto/tls's record buffer (which keeps the size of the largest
+// record it has read) are charged.
 func TestTLSPartialRecordsAreChargedAsPlaintextBodies(t *testing.T) {
 	skipUnlessBeanpole(t, "--max-job-memory is beanpole's")
 	const (

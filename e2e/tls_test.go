@@ -220,9 +220,9 @@ func (ts *tlsServer) mustDialTLS(t *testing.T, certs ...tls.Certificate) *conn {
 
 // A client that sends a large put the moment its handshake is done is
 // answered: the handshake reads no further than the client's Finished,
-// so the records after it reach the loop whole. It used to read the
-// start of the first one along with the Finished, and the loop then took
-// the rest of that record for a record of its own and waited for ever.
+// so the records after it reach the loop whole. Were it to read the start
+// of the first one along with the Finished, the loop would take the rest
+// of that record for a record of its own and wait for ever.
 func TestTLSPutRightAfterTheHandshakeIsAnswered(t *testing.T) {
 	t.Parallel()
 	ts := startTLSServer(t)
