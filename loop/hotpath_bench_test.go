@@ -2,6 +2,7 @@ package loop
 
 import (
 	"io"
+	"net"
 	"strconv"
 	"testing"
 
@@ -49,6 +50,7 @@ func (f *fakeConn) PeerClosed() bool      { return false }
 func (f *fakeConn) PeerHangup() bool      { return false }
 func (f *fakeConn) PauseRead() error      { return nil }
 func (f *fakeConn) ResumeRead() error     { return nil }
+func (f *fakeConn) RemoteAddr() net.Addr  { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
 func (f *fakeConn) Wake(gnet.AsyncCallback) error {
 	f.woken = true
 	return nil

@@ -45,9 +45,11 @@ func (s *Server) process(c *conn) gnet.Action {
 		}
 	} else if action == gnet.None {
 		s.chargeOutput(c)
-		if t, ok := c.gc.(*tlsConn); ok && !c.waits() && t.Conn.InboundBuffered() > 0 {
+		if t, ok := c.gc.(*tlsConn); ok && !c.waits() && !c.ls.yielded && t.Conn.InboundBuffered() > 0 {
 			// A record still arriving that crypto/tls was not handed
 			// yet (recordPipe) is input held, as a waiting connection's.
+			// A pass that yielded leaves whole records behind too: those
+			// are input still to run, as a plaintext connection's is.
 			action = s.checkInputCap(c)
 		} else if c.holdsInput && !c.waits() {
 			s.holdInput(c, 0)

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/panjf2000/gnet/v2"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -364,5 +365,32 @@ func TestTLSOversizedRecordHeaderIsRefusedAtOnce(t *testing.T) {
 	p.deliver([]byte{23, 3, 3, 0xff, 0xff, 'x'})
 	if !p.t.ended {
 		t.Fatalf("a header announcing 65,535 bytes: the connection still waits for them (%d bytes buffered)", p.t.InboundBuffered())
+	}
+}
+
+// A TLS client that pipelines more than the input cap is served as a
+// plaintext one is: a pass that yields at its time slice leaves whole
+// records undecrypted in gnet's buffer, and those are input still to be
+// run, not input held by a waiting connection, so the connection is not
+// closed for them.
+func TestTLSPipelineLongerThanTheInputCapIsServedAcrossYields(t *testing.T) {
+	p := newTLSPair(t, 100)
+	const cmd = "list-tube-used\r\n"
+	n := (p.s.inCap + 1<<20) / len(cmd)
+	p.rc.in = append(p.rc.in, p.encrypt(t, []byte(strings.Repeat(cmd, n)))...)
+	passes := 0
+	for p.rc.woken = true; p.rc.woken; passes++ {
+		p.rc.woken = false
+		p.t.fill()
+		if act := p.s.process(p.c); act == gnet.Close {
+			t.Fatalf("pass %d closed the connection with %d bytes of records buffered", passes+1, p.t.Conn.InboundBuffered())
+		}
+		p.t.settle()
+	}
+	if passes < 2 {
+		t.Fatalf("%d commands ran in one pass: no yield was tried", n)
+	}
+	if got := p.replies(t); got != strings.Repeat("USING default\r\n", n) {
+		t.Fatalf("%d bytes of replies, want %d", len(got), n*len("USING default\r\n"))
 	}
 }
