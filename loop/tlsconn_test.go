@@ -312,6 +312,46 @@ func TestTLSRandomScriptsGetThePlaintextReplies(t *testing.T) {
 	}
 }
 
+// A client that pipelines commands and then half-closes (close_notify)
+// gets every reply, and the connection closes, however its records are
+// sized and however gnet's reads cut them.
+func TestTLSHalfCloseAnswersEveryCommandHoweverRecordsAreCut(t *testing.T) {
+	var send, want strings.Builder
+	for i := 1; i <= 200; i++ {
+		send.WriteString("put 0 0 60 4\r\nbody\r\n")
+		fmt.Fprintf(&want, "INSERTED %d\r\n", i)
+	}
+	for i := 1; i <= 200; i++ {
+		fmt.Fprintf(&send, "delete %d\r\n", i)
+		want.WriteString("DELETED\r\n")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for it := range 100 {
+		p := newTLSPair(t, 1000)
+		writes := []int{1 + rng.IntN(3000), 1 + rng.IntN(3000)}
+		records := p.encrypt(t, []byte(send.String()), writes...)
+		if err := p.client.CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		records = append(records, p.tap.out...)
+		p.tap.out = nil
+		var cuts []int
+		for len(records) > 0 {
+			k := min(len(records), 1+rng.IntN(3000))
+			cuts = append(cuts, k)
+			p.deliver(records[:k])
+			records = records[k:]
+		}
+		if got := p.replies(t); got != want.String() {
+			t.Fatalf("run %d, writes %v, reads %v: %d bytes of replies, want %d", it, writes, cuts, len(got), want.Len())
+		}
+		if !p.c.closing {
+			t.Fatalf("run %d, writes %v, reads %v: not closing after close_notify (%d bytes of plaintext, %d of records left)",
+				it, writes, cuts, len(p.t.plain), len(p.rc.in))
+		}
+	}
+}
+
 // A record still arriving is held as a put body under way is: its first
 // bytes stay in gnet's buffer, counted as the connection's input against
 // the input budget, until half of it has come; then crypto/tls is handed
