@@ -52,6 +52,15 @@ type FSM struct {
 	lent atomic.Pointer[func(id uint64) ([]byte, bool)]
 	// leave is the latest leader's request to leave the group.
 	leave leaveRequest
+	// confs are the configurations raft committed since the last
+	// takeConfigurations, in order.
+	confs []committedConf
+}
+
+// committedConf is a configuration raft committed, at index.
+type committedConf struct {
+	index   uint64
+	servers []raft.Server
 }
 
 // NewFSM is an empty state.
@@ -194,6 +203,28 @@ func (f *FSM) Clients() map[string]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return maps.Clone(f.clients)
+}
+
+// StoreConfiguration notes the configuration raft committed at index
+// (raft.ConfigurationStore) for takeConfigurations.
+func (f *FSM) StoreConfiguration(index uint64, c raft.Configuration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applied = index
+	f.confs = append(f.confs, committedConf{index: index, servers: c.Servers})
+}
+
+// raft hands the FSM every configuration it commits.
+var _ raft.ConfigurationStore = (*FSM)(nil)
+
+// takeConfigurations returns the configurations raft committed since the
+// last call, in order.
+func (f *FSM) takeConfigurations() []committedConf {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	confs := f.confs
+	f.confs = nil
+	return confs
 }
 
 // appliedIndex is the raft index of the last entry applied.

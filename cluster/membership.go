@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,17 +32,42 @@ import (
 // answer) and never promoted.
 //
 // A node that sees itself in the group's configuration notes it in its
-// directory (memberFile); once it has, a configuration without it means it
-// was removed: Removed is closed and the process exits (package server
-// returns config.ExitRemoved), instead of lingering as a follower of nothing.
+// directory (memberFile); once it has, the last committed configuration
+// leaving it out, while raft's latest does too, means it was removed (a
+// node still catching up on the configurations before its own is not): it
+// notes that as well (removedNote), Removed is closed and the process exits
+// (package server returns config.ExitRemoved), instead of lingering as a
+// follower of nothing. Started again, it finds the note and exits again.
+// raft hands the FSM each configuration it commits (FSM.StoreConfiguration).
+//
+// hashicorp/raft stops replicating to a removed node as soon as the
+// configuration without it is appended, after one last best-effort append,
+// and that append is sent before the configuration commits: lost, late or
+// rejected, the node would never learn of its removal. So every node notes
+// which members a newly committed configuration left out (noteDeparted),
+// and whoever leads tells each of them for tellRemovedFor (tellDeparted):
+// it sends the node, over the raft link, the entries up to that
+// configuration and commits them, as raft's own replication would, until
+// the node answers that it holds them. Only a leader sends them, only
+// entries it has committed, and only over the group's links (mutual TLS
+// with a node's certificate when the links are secured, tls.go).
 
 const (
 	// maxTrailing is how many entries a non-voter may lag the leader's
 	// last index and still count as caught up (Consul's MaxTrailingLogs
 	// is 250).
 	maxTrailing = 256
-	// memberFile, in the node's directory, says the node has been a member.
-	memberFile = "member"
+	// memberFile, in the node's directory, says the node has been a
+	// member (its id), or holds removedNote once it has been removed.
+	memberFile  = "member"
+	removedNote = "removed\n"
+	// tellRemovedFor is how long the leader goes on telling a removed node
+	// of its removal: long enough for a lost message, a partition that
+	// heals or a restart; a node down for longer is not told.
+	tellRemovedFor = time.Minute
+	// tellBatch bounds the entries of one message to a removed node that
+	// lags the configuration without it (raft's MaxAppendEntries).
+	tellBatch = 64
 )
 
 // probeEvery is how often the leader probes each member, and promoteAfter
@@ -59,14 +85,28 @@ type health struct {
 	caughtUp time.Time // since when every probe found it caught up (zero: the last did not)
 }
 
+// departed is a node that a committed configuration left out, to be told.
+type departed struct {
+	srv     raft.Server // as the configuration before named it
+	index   uint64      // the committed configuration without it
+	until   time.Time   // when the leader stops telling it
+	next    uint64      // the first entry the next message sends it
+	telling bool        // a message is on its way
+}
+
 // membership is a node's view of the members' health (on the leader) and
 // of its own membership.
 type membership struct {
-	mu      sync.Mutex
-	health  map[raft.ServerID]*health
-	member  bool // memberFile exists
+	mu     sync.Mutex
+	health map[raft.ServerID]*health
+	gone   map[raft.ServerID]*departed
+	member bool // memberFile exists
+	// left: the last configuration committed leaves this node out.
+	left    bool
 	removed chan struct{}
 	once    sync.Once
+	// seen is the last configuration noteDeparted saw committed.
+	seen []raft.Server
 	// busy: a request to leave is being carried out.
 	busy atomic.Bool
 }
@@ -76,9 +116,13 @@ type membership struct {
 // every node notices its own removal.
 func (n *Node) watchMembers() {
 	n.mem.health = map[raft.ServerID]*health{}
+	n.mem.gone = map[raft.ServerID]*departed{}
 	n.mem.removed = make(chan struct{})
-	_, err := os.Stat(filepath.Join(n.cfg.Dir, memberFile))
+	note, err := os.ReadFile(filepath.Join(n.cfg.Dir, memberFile))
 	n.mem.member = err == nil
+	if string(note) == removedNote {
+		close(n.mem.removed)
+	}
 	go func() {
 		tick := time.NewTicker(n.probeEvery())
 		defer tick.Stop()
@@ -91,9 +135,13 @@ func (n *Node) watchMembers() {
 				continue
 			}
 			servers := f.Configuration().Servers
-			n.checkMembership(servers)
+			confs := n.FSM.takeConfigurations()
+			n.checkMembership(servers, confs)
+			n.noteDeparted(confs)
 			if n.Raft.State() == raft.Leader {
-				n.tend(servers)
+				term := n.Raft.CurrentTerm()
+				n.tend(servers, term)
+				n.tellDeparted(term)
 				n.carryOutLeave(servers)
 			} else {
 				n.mem.mu.Lock()
@@ -104,13 +152,16 @@ func (n *Node) watchMembers() {
 	}()
 }
 
-// checkMembership notes that this node is a member, or closes Removed
-// once a member finds itself no longer in the configuration.
-func (n *Node) checkMembership(servers []raft.Server) {
-	in := false
-	for _, s := range servers {
-		in = in || string(s.ID) == n.cfg.ID
+// checkMembership notes that this node is a member once raft's latest
+// configuration, servers, names it, or closes Removed once a member finds
+// itself in neither that nor the last of the configurations committed
+// (confs, committed since the last call, in order).
+func (n *Node) checkMembership(servers []raft.Server, confs []committedConf) {
+	self := func(s raft.Server) bool { return string(s.ID) == n.cfg.ID }
+	for _, c := range confs {
+		n.mem.left = !slices.ContainsFunc(c.servers, self)
 	}
+	in := slices.ContainsFunc(servers, self)
 	switch {
 	case in && !n.mem.member:
 		// A node that cannot note it is no worse off than before: it
@@ -118,9 +169,115 @@ func (n *Node) checkMembership(servers []raft.Server) {
 		if err := os.WriteFile(filepath.Join(n.cfg.Dir, memberFile), []byte(n.cfg.ID+"\n"), 0o600); err == nil {
 			n.mem.member = true
 		}
-	case !in && n.mem.member && len(servers) > 0:
+	case !in && n.mem.member && n.mem.left:
+		// Not noted, it is told again if it restarts in time.
+		_ = os.WriteFile(filepath.Join(n.cfg.Dir, memberFile), []byte(removedNote), 0o600)
 		n.mem.once.Do(func() { close(n.mem.removed) })
 	}
+}
+
+// noteDeparted notes the members that each of the configurations confs,
+// committed in that order, left out, and forgets those that one names
+// again (or whose address it gives another member) and those told for long
+// enough.
+func (n *Node) noteDeparted(confs []committedConf) {
+	now := time.Now()
+	n.mem.mu.Lock()
+	defer n.mem.mu.Unlock()
+	for _, c := range confs {
+		for _, s := range n.mem.seen {
+			if string(s.ID) != n.cfg.ID && !slices.ContainsFunc(c.servers, func(x raft.Server) bool { return x.ID == s.ID }) {
+				n.mem.gone[s.ID] = &departed{srv: s, index: c.index, next: c.index, until: now.Add(tellRemovedFor)}
+			}
+		}
+		for id, d := range n.mem.gone {
+			if slices.ContainsFunc(c.servers, func(x raft.Server) bool { return x.ID == id || x.Address == d.srv.Address }) {
+				delete(n.mem.gone, id)
+			}
+		}
+		n.mem.seen = c.servers
+	}
+	for id, d := range n.mem.gone {
+		if now.After(d.until) {
+			delete(n.mem.gone, id)
+		}
+	}
+}
+
+// tellDeparted sends every removed node still to be told, that no message
+// is on its way to, the next message (tellInto). Leader only, in term.
+func (n *Node) tellDeparted(term uint64) {
+	n.mem.mu.Lock()
+	defer n.mem.mu.Unlock()
+	for _, d := range n.mem.gone {
+		if !d.telling {
+			d.telling = true
+			go n.tellInto(d, term)
+		}
+	}
+}
+
+// tellInto sends the removed node d the entries from d.next up to the
+// configuration without it, at most tellBatch of them, committed up to the
+// last it sends, and records how far it got: d is told once it answers
+// that it holds them all. It gives up on a node whose entries this node's
+// log no longer holds.
+func (n *Node) tellInto(d *departed, term uint64) {
+	next, err := n.tell(d.srv, term, d.next, min(d.index, d.next+tellBatch-1))
+	compacted := errors.Is(err, raft.ErrLogNotFound)
+	told := err == nil && next > d.index
+	n.mem.mu.Lock()
+	d.telling = false
+	switch {
+	case (compacted || told) && n.mem.gone[d.srv.ID] == d:
+		delete(n.mem.gone, d.srv.ID)
+	case err == nil:
+		d.next = next
+	}
+	n.mem.mu.Unlock()
+	if compacted {
+		n.cfg.Log.Warn().Err(err).Str("node", string(d.srv.ID)).Msg("cluster: cannot tell a removed node of its removal: the entries it lacks are compacted")
+	} else if told {
+		n.cfg.Log.Info().Str("node", string(d.srv.ID)).Msg("cluster: told a removed node of its removal")
+	}
+}
+
+// tell sends s, in term, this node's entries from next to end, all
+// committed, as raft's replication does, with end as the commit index,
+// and returns the next entry to send: end+1 if s stored them, one a batch
+// earlier (or just past its last) if its log does not hold the entry
+// before next.
+func (n *Node) tell(s raft.Server, term, next, end uint64) (uint64, error) {
+	req := raft.AppendEntriesRequest{RPCHeader: n.header(), Term: term, PrevLogEntry: next - 1, LeaderCommitIndex: end}
+	if next > 1 {
+		var prev raft.Log
+		if err := n.wal.GetLog(next-1, &prev); err != nil {
+			return 0, err
+		}
+		req.PrevLogTerm = prev.Term
+	}
+	for i := next; i <= end; i++ {
+		e := new(raft.Log)
+		if err := n.wal.GetLog(i, e); err != nil {
+			return 0, err
+		}
+		req.Entries = append(req.Entries, e)
+	}
+	var resp raft.AppendEntriesResponse
+	if err := n.trans.AppendEntries(s.ID, s.Address, &req, &resp); err != nil {
+		return 0, err
+	}
+	if resp.Term > term {
+		return 0, errNewerTerm
+	}
+	if !resp.Success {
+		back := uint64(1)
+		if next > tellBatch {
+			back = next - tellBatch
+		}
+		return max(min(back, resp.LastLog+1), 1), nil
+	}
+	return end + 1, nil
 }
 
 // Removed is closed once this node, having been a member, finds itself
@@ -128,9 +285,8 @@ func (n *Node) checkMembership(servers []raft.Server) {
 func (n *Node) Removed() <-chan struct{} { return n.mem.removed }
 
 // tend probes every other member and promotes the non-voters that have
-// caught up.
-func (n *Node) tend(servers []raft.Server) {
-	term := n.Raft.CurrentTerm()
+// caught up. Leader only, in term.
+func (n *Node) tend(servers []raft.Server, term uint64) {
 	last := n.Raft.LastIndex()
 	now := time.Now()
 	n.mem.mu.Lock()
@@ -193,12 +349,7 @@ var errNewerTerm = errors.New("it is in a newer term: this node no longer leads"
 // probe sends s the message raft's heartbeats are, in term, and returns
 // the last index in s's log.
 func (n *Node) probe(s raft.Server, term uint64) (uint64, error) {
-	self := raft.ServerID(n.cfg.ID)
-	req := raft.AppendEntriesRequest{
-		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(self),
-			Addr: n.trans.EncodePeer(self, n.trans.LocalAddr())},
-		Term: term,
-	}
+	req := raft.AppendEntriesRequest{RPCHeader: n.header(), Term: term}
 	var resp raft.AppendEntriesResponse
 	if err := n.trans.AppendEntries(s.ID, s.Address, &req, &resp); err != nil {
 		return 0, err
@@ -207,6 +358,13 @@ func (n *Node) probe(s raft.Server, term uint64) (uint64, error) {
 		return 0, errNewerTerm
 	}
 	return resp.LastLog, nil
+}
+
+// header is the header of this node's own AppendEntries.
+func (n *Node) header() raft.RPCHeader {
+	self := raft.ServerID(n.cfg.ID)
+	return raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(self),
+		Addr: n.trans.EncodePeer(self, n.trans.LocalAddr())}
 }
 
 // promote makes the non-voter s a voter.

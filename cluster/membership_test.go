@@ -3,6 +3,8 @@ package cluster
 import (
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,6 +172,104 @@ func TestRemovedNodesAreToldAndALeaderHandsTheLeadOverFirst(t *testing.T) {
 	if entry.Term <= lead.leadTerm.Load() {
 		t.Fatalf("the configuration without the old leader is entry %d of term %d; the old leader led in term %d",
 			entry.Index, entry.Term, lead.leadTerm.Load())
+	}
+}
+
+// losing is the state of the group's transports (losesRemoval): from the
+// moment a target is named, every append to it carrying an entry not yet
+// committed, as raft sends new entries and the configuration that removes
+// it, is lost and answered as though the target had stored it, so that raft
+// does not send it again: as when raft's one last append to a node it
+// removes does not arrive, to a node that had already fallen behind.
+// Appends that commit all they carry pass. So that raft's append carrying
+// the removal is sent before the removal commits, the other members are
+// sent the removal only once it is lost.
+type losing struct {
+	target      atomic.Value  // raft.ServerID
+	removalLost chan struct{} // closed once an append carrying the removal is lost
+	once        sync.Once
+}
+
+// losesRemoval is a node's transport losing what losing says.
+type losesRemoval struct {
+	*raft.InmemTransport
+	l *losing
+}
+
+// AppendEntriesPipeline: every append goes through AppendEntries, so that
+// it can be lost or held.
+func (l *losesRemoval) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+func (l *losesRemoval) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	t, _ := l.l.target.Load().(raft.ServerID)
+	removes := t != "" && slices.ContainsFunc(args.Entries, func(e *raft.Log) bool {
+		return e.Type == raft.LogConfiguration && !slices.ContainsFunc(raft.DecodeConfiguration(e.Data).Servers,
+			func(s raft.Server) bool { return s.ID == t })
+	})
+	n := len(args.Entries)
+	switch {
+	case id != t && removes:
+		select {
+		case <-l.l.removalLost:
+		case <-time.After(10 * time.Second): // the test fails: it was not lost
+		}
+	case id == t && n > 0 && args.LeaderCommitIndex < args.Entries[n-1].Index:
+		if removes {
+			l.l.once.Do(func() { close(l.l.removalLost) })
+		}
+		*resp = raft.AppendEntriesResponse{Term: args.Term, LastLog: args.Entries[n-1].Index, Success: true}
+		return nil
+	}
+	return l.InmemTransport.AppendEntries(id, target, args, resp)
+}
+
+// hashicorp/raft's last append to a node it removes is one attempt, sent
+// before the removal commits. Lost, the node is told all the same: the
+// leader sends it the entries up to the configuration without it once that
+// commits, stepping back to those the node lacks. It notes it, and started
+// again it knows at once.
+func TestARemovedNodeIsToldEvenIfRaftsLastAppendToItIsLost(t *testing.T) {
+	l := losing{removalLost: make(chan struct{})}
+	g := newGroupOver(t, 3, 0, func(_ int, tr *raft.InmemTransport) raft.Transport {
+		return &losesRemoval{InmemTransport: tr, l: &l}
+	})
+	lead, jl := g.leader()
+	i := slices.IndexFunc(g.nodes, func(nd *Node) bool { return nd != lead })
+	f := g.nodes[i]
+	l.target.Store(raft.ServerID(f.cfg.ID))
+	// An entry each, so that the node falls behind by up to a few
+	// messages.
+	const jobs = 2*tellBatch + 1
+	for id := range uint64(jobs) {
+		a := newAcks(1)
+		if err := jl.Put(job(id+1), a.ack(0)); err != nil {
+			t.Fatal(err)
+		}
+		a.wait(t)
+	}
+	if msg, err := lead.Remove(f.cfg.ID); err != nil || msg != "removed "+f.cfg.ID {
+		t.Fatalf("Remove %s: %q, %v", f.cfg.ID, msg, err)
+	}
+	waitUntil(t, "the removed follower to be told", func() bool { return isClosed(f.Removed()) })
+	if !isClosed(l.removalLost) {
+		t.Fatal("no append carrying the removal was lost")
+	}
+	if js, _ := f.FSM.State(); len(js) != jobs {
+		t.Fatalf("the removed node holds %d jobs, want the %d it was told", len(js), jobs)
+	}
+
+	f.Close()
+	g.nodes[i] = nil
+	_, tr := raft.NewInmemTransport(raft.NewInmemAddr())
+	nd, err := Open(Config{ID: f.cfg.ID, Dir: f.cfg.Dir, Transport: tr, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.nodes[i] = nd
+	if !isClosed(nd.Removed()) {
+		t.Fatal("the removed node, started again, does not know it was removed")
 	}
 }
 
