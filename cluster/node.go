@@ -71,18 +71,25 @@ type Config struct {
 	// Log receives raft's own log lines (warnings and up), in the
 	// process's format.
 	Log zerolog.Logger
+	// links, when set, is a raft port another group of this process
+	// opened: the node's group (group, not 0) shares it (linkgroups.go)
+	// instead of listening on Raft itself.
+	links *linkLayer
+	group uint16
 }
 
 // Node is one member of the group.
 type Node struct {
-	Raft    *raft.Raft
-	FSM     *FSM
-	cfg     Config
-	wal     *wal.WAL
-	trans   raft.Transport
-	links   *linkLayer // nil with cfg.Transport
-	leading chan bool
-	m       *metrics
+	Raft  *raft.Raft
+	FSM   *FSM
+	cfg   Config
+	wal   *wal.WAL
+	trans raft.Transport
+	links *linkLayer // nil with cfg.Transport
+	// ownLinks: the node opened links, and closes it with itself.
+	ownLinks bool
+	leading  chan bool
+	m        *metrics
 	// Fresh: the directory held no state when the node opened.
 	Fresh bool
 	// fenced times the RPCs whose answers confirm the lead (fence.go).
@@ -125,30 +132,43 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: opening the raft log: %w", err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, logger)
-	if err != nil {
-		w.Close()
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
 	m := newMetrics()
 	var rp atomic.Pointer[raft.Raft]
 	trans := cfg.Transport
-	var links *linkLayer
+	links, ownLinks := cfg.links, false
+	var gl *groupLayer
+	fail := func(err error) (*Node, error) {
+		w.Close()
+		if gl != nil {
+			gl.Close()
+		}
+		if ownLinks {
+			links.Close()
+		}
+		return nil, err
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, logger)
+	if err != nil {
+		return fail(fmt.Errorf("cluster: %w", err))
+	}
 	if trans == nil {
-		ln, lerr := net.Listen("tcp", cfg.Raft)
-		if lerr != nil {
-			w.Close()
-			return nil, fmt.Errorf("cluster: --raft %s: %w", cfg.Raft, lerr)
+		if links == nil {
+			ln, lerr := net.Listen("tcp", cfg.Raft)
+			if lerr != nil {
+				return fail(fmt.Errorf("cluster: --raft %s: %w", cfg.Raft, lerr))
+			}
+			adv, err := net.ResolveTCPAddr("tcp", cfg.Raft)
+			if err != nil || adv.IP == nil || adv.IP.IsUnspecified() {
+				ln.Close()
+				return fail(fmt.Errorf("cluster: --raft %s: the other nodes need an address they can reach, not an unspecified one", cfg.Raft))
+			}
+			links, ownLinks = newLinkLayer(advertised{ln, adv}, cfg.TLS, func() []string { return memberHosts(rp.Load(), cfg.Bootstrap) }, linkGreeting), true
 		}
-		adv, err := net.ResolveTCPAddr("tcp", cfg.Raft)
-		if err != nil || adv.IP == nil || adv.IP.IsUnspecified() {
-			ln.Close()
-			w.Close()
-			return nil, fmt.Errorf("cluster: --raft %s: the other nodes need an address they can reach, not an unspecified one", cfg.Raft)
+		if gl, err = links.group(cfg.group); err != nil {
+			return fail(err)
 		}
-		links = newLinkLayer(advertised{ln, adv}, cfg.TLS, func() []string { return memberHosts(rp.Load(), cfg.Bootstrap) }, linkGreeting)
 		m.linksRefused = links.refused.Load
-		trans = raft.NewNetworkTransportWithLogger(links, linkPool, 10*time.Second, logger)
+		trans = raft.NewNetworkTransportWithLogger(gl, linkPool, 10*time.Second, logger)
 	}
 	fenced := newFencedTransport(trans, cfg.ElectionTimeout)
 	rc := raft.DefaultConfig()
@@ -178,8 +198,7 @@ func Open(cfg Config) (*Node, error) {
 	fsm.m, fsm.log = m, cfg.Log
 	has, err := raft.HasExistingState(w, w, snaps)
 	if err != nil {
-		w.Close()
-		return nil, fmt.Errorf("cluster: %w", err)
+		return fail(fmt.Errorf("cluster: %w", err))
 	}
 	if !has && len(cfg.Bootstrap) > 0 {
 		var conf raft.Configuration
@@ -187,16 +206,14 @@ func Open(cfg Config) (*Node, error) {
 			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.Raft)})
 		}
 		if err := raft.BootstrapCluster(rc, w, w, snaps, fenced, conf); err != nil {
-			w.Close()
-			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
+			return fail(fmt.Errorf("cluster: bootstrap: %w", err))
 		}
 	}
 	// Replication reads the entries it sends back from the log store; the
 	// cache keeps the newest in memory, decoded, as Consul and Nomad do.
 	logs, err := raft.NewLogCache(logCacheEntries, w)
 	if err != nil {
-		w.Close()
-		return nil, fmt.Errorf("cluster: %w", err)
+		return fail(fmt.Errorf("cluster: %w", err))
 	}
 	if has {
 		// A node that restarts does not vote for a lease: the lead it
@@ -206,11 +223,10 @@ func Open(cfg Config) (*Node, error) {
 	}
 	r, err := raft.NewRaft(rc, fsm, logs, w, snaps, fenced)
 	if err != nil {
-		w.Close()
-		return nil, fmt.Errorf("cluster: %w", err)
+		return fail(fmt.Errorf("cluster: %w", err))
 	}
 	rp.Store(r)
-	nd := &Node{Raft: r, FSM: fsm, cfg: cfg, wal: w, trans: fenced, fenced: fenced, links: links, leading: leading, Fresh: !has, m: m}
+	nd := &Node{Raft: r, FSM: fsm, cfg: cfg, wal: w, trans: fenced, fenced: fenced, links: links, ownLinks: ownLinks, leading: leading, Fresh: !has, m: m}
 	nd.watchLeader()
 	nd.watchMembers()
 	return nd, nil
@@ -430,6 +446,9 @@ func (n *Node) Close() error {
 	}
 	if c, ok := n.trans.(io.Closer); ok {
 		_ = c.Close()
+	}
+	if n.ownLinks {
+		_ = n.links.Close()
 	}
 	if cerr := n.wal.Close(); err == nil {
 		err = cerr

@@ -27,39 +27,42 @@ const (
 	// connections holds at most this many goroutines and descriptors and
 	// the nodes' own links still get through once it ebbs.
 	maxGreeting = 64
-	// maxLinks is how many greeted links may be open at once. A node keeps
-	// a handful per peer (raft's pool of three, the heartbeat, the
-	// pipeline): 256 is room for any group hashicorp/raft can run.
+	// maxLinks is how many greeted links may be open at once for each
+	// group the port carries (linkgroups.go). A node keeps a handful per
+	// peer and group (raft's pool of three, the heartbeat, the pipeline):
+	// 256 is room for any group hashicorp/raft can run.
 	maxLinks = 256
 )
 
-// linkLayer is raft's stream layer: TCP, or mutual TLS when tls is set.
+// linkLayer is a node's raft port: TCP, or mutual TLS when tls is set.
 // Accepted connections are greeted before raft sees them (linkGreeting,
 // maxGreeting, maxLinks); with TLS, both ends of every link must present a
-// node's certificate (verifyNode).
+// node's certificate (verifyNode). Its links carry every raft group the
+// node hosts; each group's raft sees them through its own stream layer
+// (linkgroups.go).
 type linkLayer struct {
-	net.Listener
+	ln  net.Listener
 	tls func() *tls.Config // nil: plaintext
 	// members are the hosts of the group's raft addresses; empty while a
 	// node that was never bootstrapped waits to be added (then any node
 	// certificate of the CA is let in).
 	members func() []string
 
-	accepted  chan net.Conn
 	closed    chan struct{}
 	closeOnce sync.Once
 	greeting  atomic.Int64
 	greetFor  time.Duration // linkGreeting; shorter in tests
 
-	mu    sync.Mutex
-	links map[*link]struct{} // open links, both directions
+	mu     sync.Mutex
+	links  map[*link]struct{}     // open links, both directions
+	groups map[uint16]*groupLayer // the groups the port carries
 	// refused counts connections closed before raft saw them.
 	refused atomic.Uint64
 }
 
 func newLinkLayer(ln net.Listener, cfg func() *tls.Config, members func() []string, greetFor time.Duration) *linkLayer {
-	l := &linkLayer{Listener: ln, tls: cfg, members: members, accepted: make(chan net.Conn),
-		closed: make(chan struct{}), links: map[*link]struct{}{}, greetFor: greetFor}
+	l := &linkLayer{ln: ln, tls: cfg, members: members, closed: make(chan struct{}),
+		links: map[*link]struct{}{}, groups: map[uint16]*groupLayer{}, greetFor: greetFor}
 	go l.acceptLoop()
 	return l
 }
@@ -91,7 +94,7 @@ func (c *link) Close() error {
 
 func (l *linkLayer) acceptLoop() {
 	for {
-		c, err := l.Listener.Accept()
+		c, err := l.ln.Accept()
 		if err != nil {
 			var ne net.Error
 			select {
@@ -110,9 +113,9 @@ func (l *linkLayer) acceptLoop() {
 			continue
 		}
 		l.mu.Lock()
-		open := len(l.links)
+		open, room := len(l.links), maxLinks*max(len(l.groups), 1)
 		l.mu.Unlock()
-		if l.greeting.Load() >= maxGreeting || open >= maxLinks {
+		if l.greeting.Load() >= maxGreeting || open >= room {
 			l.refused.Add(1)
 			c.Close()
 			continue
@@ -124,7 +127,8 @@ func (l *linkLayer) acceptLoop() {
 }
 
 // greet finishes an accepted connection's handshake and waits for its
-// first byte, within linkGreeting, then hands it to raft.
+// first byte (and a data group's preamble), within linkGreeting, then
+// hands it to its group's raft.
 func (l *linkLayer) greet(c net.Conn) {
 	defer l.greeting.Add(-1)
 	_ = c.SetDeadline(time.Now().Add(l.greetFor))
@@ -139,7 +143,8 @@ func (l *linkLayer) greet(c net.Conn) {
 		conn = tc
 	}
 	r := bufio.NewReaderSize(conn, 16)
-	if _, err := r.Peek(1); err != nil {
+	g, err := l.groupOf(r)
+	if err != nil {
 		l.refused.Add(1)
 		conn.Close()
 		return
@@ -147,7 +152,9 @@ func (l *linkLayer) greet(c net.Conn) {
 	_ = c.SetDeadline(time.Time{})
 	lk := l.track(&link{Conn: conn, l: l, r: r})
 	select {
-	case l.accepted <- lk:
+	case g.accepted <- lk:
+	case <-g.closed:
+		lk.Close()
 	case <-l.closed:
 		lk.Close()
 	}
@@ -160,29 +167,22 @@ func (l *linkLayer) track(c *link) *link {
 	return c
 }
 
-// Accept hands raft the next greeted connection.
-func (l *linkLayer) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.accepted:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-// Close stops accepting; open links are raft's to close.
+// Close stops accepting for every group; open links are raft's to close.
 func (l *linkLayer) Close() error {
 	var err error
 	l.closeOnce.Do(func() {
 		close(l.closed)
-		err = l.Listener.Close()
+		err = l.ln.Close()
 	})
 	return err
 }
 
-// Dial opens a link to a peer; with TLS the handshake checks that the peer
+// Addr is the port's address as the other nodes reach it.
+func (l *linkLayer) Addr() net.Addr { return l.ln.Addr() }
+
+// dial opens a link to a peer; with TLS the handshake checks that the peer
 // is a node (verifyNode) with the certificate for the host it dialled.
-func (l *linkLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+func (l *linkLayer) dial(addr raft.ServerAddress, timeout time.Duration) (*link, error) {
 	d := &net.Dialer{Timeout: timeout, KeepAliveConfig: linkKeepAlive, Control: func(_, _ string, rc syscall.RawConn) error {
 		return userTimeout(rc)
 	}}

@@ -167,7 +167,11 @@ func TestRaftPortTakesOnlyNodeCertificatesNamingAMember(t *testing.T) {
 	cfg.Store(NodeTLS(ca.node(t, "n1"), ca.pool))
 	l := newLinkLayer(ln, cfg.Load, func() []string { return []string{"127.0.0.1"} }, linkGreeting)
 	defer l.Close()
-	go serveEach(l, func(c net.Conn) { io.Copy(io.Discard, c) })
+	g, err := l.group(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go serveEach(g, func(c net.Conn) { io.Copy(io.Discard, c) })
 	addr := ln.Addr().String()
 	for name, cert := range map[string]tls.Certificate{
 		"a worker's (clientAuth alone)":    ca.leaf(t, "worker", "127.0.0.1", x509.ExtKeyUsageClientAuth),
@@ -189,7 +193,7 @@ func TestRaftPortTakesOnlyNodeCertificatesNamingAMember(t *testing.T) {
 	}
 	defer sln.Close()
 	go serveEach(sln, func(c net.Conn) { c.(*tls.Conn).Handshake() })
-	if c, err := l.Dial(raft.ServerAddress(sln.Addr().String()), 5*time.Second); err == nil {
+	if c, err := g.Dial(raft.ServerAddress(sln.Addr().String()), 5*time.Second); err == nil {
 		c.Close()
 		t.Fatal("a node dialled a peer whose certificate is not a node's")
 	}
@@ -226,6 +230,10 @@ func TestRaftPortClosesSilentPeersAndCapsThoseInTheirGreeting(t *testing.T) {
 	}
 	l := newLinkLayer(ln, nil, func() []string { return nil }, 300*time.Millisecond)
 	defer l.Close()
+	g, err := l.group(0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var silent []net.Conn
 	for range maxGreeting + 20 {
 		c, err := net.Dial("tcp", ln.Addr().String())
@@ -256,7 +264,7 @@ func TestRaftPortClosesSilentPeersAndCapsThoseInTheirGreeting(t *testing.T) {
 	}
 	defer c.Close()
 	c.Write([]byte("hi"))
-	got, err := l.Accept()
+	got, err := g.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,178 @@
+package cluster
+
+import (
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
+)
+
+// hostGroups opens, on each of n raft ports on loopback, one node of each
+// of groups groups (group ids 0 to groups-1): every group's raft shares
+// its node's port with the others. With ca, the links are mutual TLS.
+func hostGroups(t testing.TB, n, groups int, ca *testCA) (ports []*linkLayer, gs [][]*Node) {
+	var members []Member
+	for i := range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg func() *tls.Config
+		if ca != nil {
+			c := NodeTLS(ca.node(t.(*testing.T), fmt.Sprintf("n%d", i+1)), ca.pool)
+			cfg = func() *tls.Config { return c }
+		}
+		hosts := func() []string { return []string{"127.0.0.1"} }
+		ports = append(ports, newLinkLayer(ln, cfg, hosts, linkGreeting))
+		members = append(members, Member{ID: fmt.Sprintf("n%d", i+1), Raft: ln.Addr().String()})
+	}
+	t.Cleanup(func() {
+		for _, g := range gs {
+			for _, nd := range g {
+				nd.Close()
+			}
+		}
+		for _, p := range ports {
+			p.Close()
+		}
+	})
+	for g := range groups {
+		var nodes []*Node
+		for i, m := range members {
+			nd, err := Open(Config{ID: m.ID, Dir: t.TempDir(), Raft: m.Raft, Bootstrap: members,
+				Log: zerolog.Nop(), links: ports[i], group: uint16(g)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			nodes = append(nodes, nd)
+		}
+		gs = append(gs, nodes)
+	}
+	return ports, gs
+}
+
+func TestGroupsSharingARaftPortKeepTheirEntriesApart(t *testing.T) {
+	for name, ca := range map[string]*testCA{"plaintext": nil, "mutual TLS": newTestCA(t)} {
+		t.Run(name, func(t *testing.T) {
+			const groups = 3
+			_, gs := hostGroups(t, 3, groups, ca)
+			for i, nodes := range gs {
+				g := &group{t: t, nodes: nodes}
+				leader, jl := g.leader()
+				a := newAcks(2)
+				for k := range 2 {
+					if err := jl.Put(job(uint64(100*(i+1)+k)), a.ack(k)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				a.wait(t)
+				jobs, maxID := g.converged(leader)
+				if len(jobs) != 2 || maxID != uint64(100*(i+1)+1) {
+					t.Fatalf("group %d: %d jobs, highest id %d on every node; want its own 2, highest %d", i, len(jobs), maxID, 100*(i+1)+1)
+				}
+			}
+			// Each group's entries stayed in it: a group applied only
+			// what its own leader appended.
+			for i, nodes := range gs {
+				for _, nd := range nodes {
+					jobs, _ := nd.FSM.State()
+					for _, j := range jobs {
+						if j.ID/100 != uint64(i+1) {
+							t.Fatalf("group %d holds job %d of another group", i, j.ID)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestRaftPortClosesLinksForGroupsItDoesNotHost(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLinkLayer(ln, nil, func() []string { return nil }, 300*time.Millisecond)
+	defer l.Close()
+	g0, err := l.group(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g7, err := l.group(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.group(7); err == nil {
+		t.Fatal("a group was put on the port twice")
+	}
+	closed := func(hello []byte) {
+		t.Helper()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write(hello)
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			t.Fatalf("a link greeted %q was sent something", hello)
+		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("a link greeted %q was still open after 30 s", hello)
+		}
+	}
+	closed([]byte{groupMagic, 0, 8}) // a group the node does not host
+	closed([]byte{groupMagic, 0})    // a preamble cut short, then silence
+	if got := l.refused.Load(); got != 2 {
+		t.Fatalf("%d links refused, want 2", got)
+	}
+	g8Gone, err := l.group(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g8Gone.Close()
+	closed([]byte{groupMagic, 0, 8}) // a group taken off the port
+
+	// Each hosted group gets its own links, and sees only what follows
+	// the preamble.
+	for _, tc := range []struct {
+		g     *groupLayer
+		hello []byte
+	}{{g7, []byte{groupMagic, 0, 7, 'h', 'i'}}, {g0, []byte("hi")}} {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write(tc.hello)
+		got, err := tc.g.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 2)
+		if _, err := io.ReadFull(got, b); err != nil || string(b) != "hi" {
+			t.Fatalf("group %d's raft read %q, %v", tc.g.id, b, err)
+		}
+		got.Close()
+	}
+	// A group's dialled links begin with its preamble.
+	c, err := g7.Dial(raft.ServerAddress(ln.Addr().String()), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("ok"))
+	got, err := g7.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	b := make([]byte, 2)
+	if _, err := io.ReadFull(got, b); err != nil || string(b) != "ok" {
+		t.Fatalf("group 7's raft read %q, %v from a link group 7 dialled", b, err)
+	}
+}
