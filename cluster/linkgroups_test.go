@@ -24,7 +24,7 @@ func hostGroups(t testing.TB, n, groups int, ca *testCA) (ports []*linkLayer, gs
 		}
 		var cfg func() *tls.Config
 		if ca != nil {
-			c := NodeTLS(ca.node(t.(*testing.T), fmt.Sprintf("n%d", i+1)), ca.pool)
+			c := NodeTLS(ca.node(t, fmt.Sprintf("n%d", i+1)), ca.pool)
 			cfg = func() *tls.Config { return c }
 		}
 		hosts := func() []string { return []string{"127.0.0.1"} }

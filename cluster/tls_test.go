@@ -46,7 +46,7 @@ func newTestCA(t *testing.T) *testCA {
 	return &testCA{cert: cert, key: key, pool: pool}
 }
 
-func (ca *testCA) node(t *testing.T, name string) tls.Certificate {
+func (ca *testCA) node(t testing.TB, name string) tls.Certificate {
 	t.Helper()
 	return ca.leaf(t, name, "127.0.0.1", x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 }
@@ -113,7 +113,7 @@ func TestNodesSpeakMutualTLSAndRefuseForeignCertificates(t *testing.T) {
 
 // cert signs a leaf for 127.0.0.1 with the given uses, as an operator's
 // CA would sign a worker's (clientAuth alone) or a server's.
-func (ca *testCA) leaf(t *testing.T, name string, ip string, uses ...x509.ExtKeyUsage) tls.Certificate {
+func (ca *testCA) leaf(t testing.TB, name string, ip string, uses ...x509.ExtKeyUsage) tls.Certificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

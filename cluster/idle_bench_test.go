@@ -1,0 +1,77 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// BenchmarkIdleGroups measures what an idle raft group costs each node
+// that holds a replica of it: three nodes on loopback, each hosting
+// groups groups on one raft port (hostGroups), every group with a leader
+// that confirms its lease as one serving clients does (AwaitLeadership),
+// and nothing written. One iteration is one second of idleness; the
+// figures are per group replica:
+//
+//	go test -run '^$' -bench IdleGroups -benchtime 10x ./cluster/
+//
+// %core is CPU time (user and system, the whole process) over wall time,
+// appends/s the raft log writes (raft-wal syncs the log once per write).
+func BenchmarkIdleGroups(b *testing.B) {
+	for _, groups := range []int{1, 16, 48} {
+		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
+			_, gs := hostGroups(b, 3, groups, nil)
+			for _, nodes := range gs {
+				awaitLeader(b, nodes)
+			}
+			last := func() (n uint64) {
+				for _, nodes := range gs {
+					for _, nd := range nodes {
+						n += nd.Raft.LastIndex()
+					}
+				}
+				return n
+			}
+			time.Sleep(time.Second) // elections and first appends settle
+			startIdx, startCPU, start := last(), cpuTime(), time.Now()
+			b.ResetTimer()
+			for range b.N {
+				time.Sleep(time.Second)
+			}
+			b.StopTimer()
+			wall := time.Since(start)
+			replicas := float64(3 * groups)
+			b.ReportMetric(100*float64(cpuTime()-startCPU)/float64(wall)/replicas, "%core/replica")
+			b.ReportMetric(float64(last()-startIdx)/wall.Seconds()/replicas, "appends/s/replica")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// awaitLeader waits for one of nodes to take the lead as a serving node
+// does, lease confirmations and all.
+func awaitLeader(b *testing.B, nodes []*Node) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for ctx.Err() == nil {
+		for _, nd := range nodes {
+			if nd.Raft.State() == raft.Leader {
+				if _, err := nd.AwaitLeadership(ctx); err == nil {
+					return
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.Fatal("a group has no leader after a minute")
+}
