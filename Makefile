@@ -115,10 +115,10 @@ race-skip = $(shell cd e2e && sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing\
 race: race-unit race-gnet race-e2e
 
 # The cluster package's tests of what runs beside raft's own goroutines (the
-# state machine and its snapshots, the journal's entries, the lease); its tests of
-# elections and membership are timers on a loaded machine, which run in
-# test-unit and, race-built, in race-e2e.
-RACE_CLUSTER := ^Test(Snapshot|FSM|Lease|Malformed|PauseRecord)
+# state machine and its snapshots, the journal's entries, the lease, groups
+# sharing a raft port); its tests of elections and membership are timers on a
+# loaded machine, which run in test-unit and, race-built, in race-e2e.
+RACE_CLUSTER := ^Test(Snapshot|FSM|Lease|Malformed|PauseRecord|GroupsSharing)
 race-unit:
 	$(GO) test -count=1 -race ./engine/... ./loop/... ./codec/... ./persist/... ./admin/... ./server/...
 	$(GO) test -count=1 -race -run '$(RACE_CLUSTER)' ./cluster/
