@@ -3,11 +3,15 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/beanpole/beanpole/record"
 )
 
 // BenchmarkIdleGroups measures what an idle raft group costs each node
@@ -59,19 +63,82 @@ func cpuTime() time.Duration {
 }
 
 // awaitLeader waits for one of nodes to take the lead as a serving node
-// does, lease confirmations and all.
-func awaitLeader(b *testing.B, nodes []*Node) {
+// does, lease confirmations and all, and returns it with its journal.
+func awaitLeader(b *testing.B, nodes []*Node) (*Node, *Journal) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for ctx.Err() == nil {
 		for _, nd := range nodes {
 			if nd.Raft.State() == raft.Leader {
-				if _, err := nd.AwaitLeadership(ctx); err == nil {
-					return
+				if jl, err := nd.AwaitLeadership(ctx); err == nil {
+					return nd, jl
 				}
 			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	b.Fatal("a group has no leader after a minute")
+	return nil, nil
+}
+
+// BenchmarkBusyGroups measures whether groups that each write their own
+// raft log scale on one disk: three nodes on loopback, each hosting
+// groups groups on one raft port, and a writer per group that keeps
+// window puts in flight on its leader's journal. One iteration is one
+// second of writing; the figures are for all groups together:
+//
+//	go test -run '^$' -bench BusyGroups -benchtime 5x ./cluster/
+//
+// records/s are acknowledged puts, entries/s the raft entries that held
+// them (each is one fsync on the leader and one on each follower).
+func BenchmarkBusyGroups(b *testing.B) {
+	const window = 64
+	for _, groups := range []int{1, 3, 6} {
+		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
+			_, gs := hostGroups(b, 3, groups, nil)
+			var acked atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			var leaders []*Node
+			for g, nodes := range gs {
+				nd, jl := awaitLeader(b, nodes)
+				leaders = append(leaders, nd)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					slots := make(chan struct{}, window)
+					for id := uint64(1); ; id++ {
+						select {
+						case <-stop:
+							return
+						case slots <- struct{}{}:
+						}
+						j := job(id)
+						j.Tube = fmt.Sprintf("g%d", g)
+						if jl.Put(j, record.AckFunc(func(error) { acked.Add(1); <-slots })) != nil {
+							return
+						}
+					}
+				}()
+			}
+			defer func() { close(stop); wg.Wait() }()
+			entries := func() (n uint64) {
+				for _, nd := range leaders {
+					n += nd.Raft.LastIndex()
+				}
+				return n
+			}
+			time.Sleep(time.Second) // warm up
+			startAcks, startIdx, start := acked.Load(), entries(), time.Now()
+			b.ResetTimer()
+			for range b.N {
+				time.Sleep(time.Second)
+			}
+			b.StopTimer()
+			wall := time.Since(start).Seconds()
+			b.ReportMetric(float64(acked.Load()-startAcks)/wall, "records/s")
+			b.ReportMetric(float64(entries()-startIdx)/wall, "entries/s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
 }
