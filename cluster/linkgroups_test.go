@@ -92,17 +92,25 @@ func TestGroupsSharingARaftPortKeepTheirEntriesApart(t *testing.T) {
 	}
 }
 
-func TestRaftPortClosesLinksForGroupsItDoesNotHost(t *testing.T) {
+// plainPort is a plaintext raft port on loopback whose greeting lasts
+// 300 ms, with group 0 on it.
+func plainPort(t *testing.T) (net.Listener, *linkLayer, *groupLayer) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := newLinkLayer(ln, nil, func() []string { return nil }, 300*time.Millisecond)
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
 	g0, err := l.group(0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ln, l, g0
+}
+
+func TestRaftPortClosesLinksForGroupsItDoesNotHost(t *testing.T) {
+	ln, l, g0 := plainPort(t)
 	g7, err := l.group(7)
 	if err != nil {
 		t.Fatal(err)
@@ -147,32 +155,29 @@ func TestRaftPortClosesLinksForGroupsItDoesNotHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
-		c.Write(tc.hello)
-		got, err := tc.g.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := make([]byte, 2)
-		if _, err := io.ReadFull(got, b); err != nil || string(b) != "hi" {
-			t.Fatalf("group %d's raft read %q, %v", tc.g.id, b, err)
-		}
-		got.Close()
+		handsOver(t, tc.g, c, tc.hello, "hi")
 	}
 	// A group's dialled links begin with its preamble.
 	c, err := g7.Dial(raft.ServerAddress(ln.Addr().String()), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
+	handsOver(t, g7, c, []byte("ok"), "ok")
+}
+
+// handsOver sends hello on c and checks that g's raft accepts the link and
+// reads want from it.
+func handsOver(t *testing.T, g *groupLayer, c net.Conn, hello []byte, want string) {
+	t.Helper()
 	defer c.Close()
-	c.Write([]byte("ok"))
-	got, err := g7.Accept()
+	c.Write(hello)
+	got, err := g.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer got.Close()
-	b := make([]byte, 2)
-	if _, err := io.ReadFull(got, b); err != nil || string(b) != "ok" {
-		t.Fatalf("group 7's raft read %q, %v from a link group 7 dialled", b, err)
+	b := make([]byte, len(want))
+	if _, err := io.ReadFull(got, b); err != nil || string(b) != want {
+		t.Fatalf("group %d's raft read %q, %v; want %q", g.id, b, err, want)
 	}
 }

@@ -224,16 +224,7 @@ func TestRaftPortTakesOnlyNodeCertificatesNamingAMember(t *testing.T) {
 }
 
 func TestRaftPortClosesSilentPeersAndCapsThoseInTheirGreeting(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newLinkLayer(ln, nil, func() []string { return nil }, 300*time.Millisecond)
-	defer l.Close()
-	g, err := l.group(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln, l, g := plainPort(t)
 	var silent []net.Conn
 	for range maxGreeting + 20 {
 		c, err := net.Dial("tcp", ln.Addr().String())
@@ -262,15 +253,5 @@ func TestRaftPortClosesSilentPeersAndCapsThoseInTheirGreeting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	c.Write([]byte("hi"))
-	got, err := g.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer got.Close()
-	b := make([]byte, 2)
-	if _, err := io.ReadFull(got, b); err != nil || string(b) != "hi" {
-		t.Fatalf("raft read %q, %v", b, err)
-	}
+	handsOver(t, g, c, []byte("hi"), "hi")
 }
