@@ -56,6 +56,7 @@ func realMain() int {
 		list       = flag.Bool("list", false, "list the scenario variants and exit")
 		pin        = flag.Bool("pin", false, "run every scenario pinned: the client on CPU 0, servers on CPU 1")
 		pinned     = flag.String("pinned", defaultPinned, "also run these scenarios pinned (as -only; empty: none), for the per-core targets")
+		nodeCPU    = flag.Float64("node-cpu", 0, "confine each server process (a contender, each cluster node) to this many cores, in a CPU cgroup of its own, as if each ran on a machine of that size (needs root; 0: no limit)")
 		o          Options
 	)
 	flag.DurationVar(&o.Duration, "duration", 3*time.Second, "measured time per run")
@@ -186,6 +187,14 @@ func realMain() int {
 		pinning = "every scenario: " + pinHow()
 	case numCPU() >= 2 && strings.TrimSpace(*pinned) != "":
 		pinning = "scenarios marked [pinned]: " + pinHow()
+	}
+	if *nodeCPU > 0 {
+		cpuQuota = *nodeCPU
+		if _, _, err := cpuCgroupRoot(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -node-cpu:", err)
+			os.Exit(2)
+		}
+		pinning += fmt.Sprintf("; each server process confined to %g CPU (cgroup)", cpuQuota)
 	}
 	debug.SetGCPercent(400)
 

@@ -143,8 +143,9 @@ func StartServer(ct Contender, extra []string, pinCPU int, nofile uint64) (*Serv
 }
 
 // spawn starts path with args as the process of a Server: in its own
-// process group, killed if this process dies, pinned to pinCPU (>= 0) and
-// with the open-file limit nofile.
+// process group, killed if this process dies, pinned to pinCPU (>= 0),
+// with the open-file limit nofile, and with -node-cpu in a CPU cgroup of
+// its own (confine).
 func spawn(name, path string, args []string, pinCPU int, nofile uint64) (*Server, error) {
 	prog, argv := path, args
 	if pinCPU >= 0 && tasksetPath != "" {
@@ -171,8 +172,20 @@ func spawn(name, path string, args []string, pinCPU int, nofile uint64) (*Server
 		return nil, fmt.Errorf("%s: start %s: %w", name, path, err)
 	}
 	s.Pid = cmd.Process.Pid
+	uncgroup := func() {}
+	if cpuQuota > 0 {
+		if uncgroup, err = confine(s.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			procMu.Lock()
+			delete(procs, s)
+			procMu.Unlock()
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	go func() {
 		s.waitErr = cmd.Wait()
+		uncgroup()
 		close(s.done)
 	}()
 	// Belt and braces: the child inherits our raised limit, but set it
