@@ -190,7 +190,7 @@ func realMain() int {
 	}
 	if *nodeCPU > 0 {
 		cpuQuota = *nodeCPU
-		if _, _, err := cpuCgroupRoot(); err != nil {
+		if err := checkCgroups(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: -node-cpu:", err)
 			os.Exit(2)
 		}

@@ -34,30 +34,59 @@ func cpuCgroupRoot() (dir string, v2 bool, err error) {
 	return "", false, errors.New("no CPU cgroup hierarchy under /sys/fs/cgroup (cgroup v1 cpu or v2)")
 }
 
+// checkCgroups makes a CPU cgroup with a bandwidth limit and removes it
+// again: whether confine can work here.
+func checkCgroups() error {
+	dir, err := limitedCgroup("probe")
+	if err == nil {
+		_ = os.Remove(dir)
+	}
+	return err
+}
+
 // confine moves pid into a new CPU cgroup limited to cpuQuota cores, and
 // returns what removes the cgroup once the process has exited.
 func confine(pid int) (remove func(), err error) {
-	root, v2, err := cpuCgroupRoot()
+	dir, err := limitedCgroup(strconv.Itoa(pid))
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(root, fmt.Sprintf("beanpole-bench-%d-%d", os.Getpid(), pid))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("-node-cpu: %w (it needs root)", err)
+	if err := writeCgroup(dir, "cgroup.procs", strconv.Itoa(pid)); err != nil {
+		return nil, err
 	}
-	remove = func() { _ = os.Remove(dir) }
-	quota := strconv.Itoa(int(cpuQuota * cgroupPeriod))
+	return func() { _ = os.Remove(dir) }, nil
+}
+
+// limitedCgroup makes the CPU cgroup of this run named name, limited to
+// cpuQuota cores (at least a hundredth of one).
+func limitedCgroup(name string) (dir string, err error) {
+	root, v2, err := cpuCgroupRoot()
+	if err != nil {
+		return "", err
+	}
+	dir = filepath.Join(root, fmt.Sprintf("beanpole-bench-%d-%s", os.Getpid(), name))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", fmt.Errorf("-node-cpu: %w (it needs root)", err)
+	}
+	quota := strconv.Itoa(max(int(cpuQuota*cgroupPeriod), cgroupPeriod/100))
 	writes := [][2]string{{"cpu.cfs_period_us", strconv.Itoa(cgroupPeriod)}, {"cpu.cfs_quota_us", quota}}
 	if v2 {
 		_ = os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("+cpu"), 0)
 		writes = [][2]string{{"cpu.max", quota + " " + strconv.Itoa(cgroupPeriod)}}
 	}
-	writes = append(writes, [2]string{"cgroup.procs", strconv.Itoa(pid)})
 	for _, w := range writes {
-		if err := os.WriteFile(filepath.Join(dir, w[0]), []byte(w[1]), 0); err != nil {
-			remove()
-			return nil, fmt.Errorf("-node-cpu: %s: %w", w[0], err)
+		if err := writeCgroup(dir, w[0], w[1]); err != nil {
+			return "", err
 		}
 	}
-	return remove, nil
+	return dir, nil
+}
+
+// writeCgroup writes one of dir's files, and removes dir if that fails.
+func writeCgroup(dir, file, value string) error {
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
+		_ = os.Remove(dir)
+		return fmt.Errorf("-node-cpu: %s: %w", file, err)
+	}
+	return nil
 }
