@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // cpuQuota, when above 0 (-node-cpu), is how much CPU, in cores, each
@@ -28,7 +30,10 @@ func cpuCgroupRoot() (dir string, v2 bool, err error) {
 	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"); err == nil {
 		return "/sys/fs/cgroup/cpu", false, nil
 	}
-	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+	if b, err := os.ReadFile("/sys/fs/cgroup/cgroup.subtree_control"); err == nil {
+		if !slices.Contains(strings.Fields(string(b)), "cpu") {
+			return "", false, errors.New("cgroup v2 without the cpu controller for child groups (as root: echo +cpu > /sys/fs/cgroup/cgroup.subtree_control)")
+		}
 		return "/sys/fs/cgroup", true, nil
 	}
 	return "", false, errors.New("no CPU cgroup hierarchy under /sys/fs/cgroup (cgroup v1 cpu or v2)")
@@ -71,7 +76,6 @@ func limitedCgroup(name string) (dir string, err error) {
 	quota := strconv.Itoa(max(int(cpuQuota*cgroupPeriod), cgroupPeriod/100))
 	writes := [][2]string{{"cpu.cfs_period_us", strconv.Itoa(cgroupPeriod)}, {"cpu.cfs_quota_us", quota}}
 	if v2 {
-		_ = os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("+cpu"), 0)
 		writes = [][2]string{{"cpu.max", quota + " " + strconv.Itoa(cgroupPeriod)}}
 	}
 	for _, w := range writes {
