@@ -181,3 +181,60 @@ func handsOver(t *testing.T, g *groupLayer, c net.Conn, hello []byte, want strin
 		t.Fatalf("group %d's raft read %q, %v; want %q", g.id, b, err, want)
 	}
 }
+
+// A node that hosts one group and speaks hashicorp/raft's plain TCP
+// transport, as a node without the port's groups does, is a member of
+// group 0 beside nodes whose port carries other groups too.
+func TestNodesOfOneGroupAndOfManySpeakOverGroupZero(t *testing.T) {
+	var members []Member
+	var ports []*linkLayer
+	for i := range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports = append(ports, newLinkLayer(ln, nil, func() []string { return nil }, linkGreeting))
+		members = append(members, Member{ID: fmt.Sprintf("n%d", i+1), Raft: ln.Addr().String()})
+	}
+	plainAddr := freeAddr(t)
+	plain, err := raft.NewTCPTransport(plainAddr, nil, 3, 10*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	members = append(members, Member{ID: "n3", Raft: plainAddr})
+	g := &group{t: t}
+	t.Cleanup(func() {
+		for _, nd := range g.nodes {
+			nd.Close()
+		}
+		for _, p := range ports {
+			p.Close()
+		}
+	})
+	for i, m := range members {
+		cfg := Config{ID: m.ID, Dir: t.TempDir(), Raft: m.Raft, Bootstrap: members, Log: zerolog.Nop()}
+		if i < len(ports) {
+			cfg.links = ports[i]
+			// A second group on the port, with no members elsewhere.
+			if _, err := ports[i].group(5); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			cfg.Transport = plain
+		}
+		nd, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.nodes = append(g.nodes, nd)
+	}
+	leader, jl := g.leader()
+	a := newAcks(1)
+	if err := jl.Put(job(1), a.ack(0)); err != nil {
+		t.Fatal(err)
+	}
+	a.wait(t)
+	if jobs, _ := g.converged(leader); len(jobs) != 1 {
+		t.Fatalf("%d jobs on every node, want 1", len(jobs))
+	}
+}
