@@ -387,7 +387,11 @@ func (t *tlsConn) Write(b []byte) (int, error) {
 
 // Writev encrypts bs into as few records as they fill (crypto/tls makes at
 // least one record per Write, so small replies share one) and hands them
-// to gnet in one write.
+// to gnet in one write. crypto/tls copies what it seals into a record
+// buffer of its own, so a slice of a record or more (a job body) is
+// handed to it where it lies, not first copied after what is staged: the
+// staged bytes and the slice's first len%tlsRecord bytes make a record,
+// then the rest of the slice makes whole ones.
 func (t *tlsConn) Writev(bs [][]byte) (int, error) {
 	stage := t.ls.tlsStage[:0]
 	n := 0
@@ -398,13 +402,17 @@ func (t *tlsConn) Writev(bs [][]byte) (int, error) {
 			stage = append(stage, b...)
 			continue
 		}
-		k := tlsRecord - len(stage)
-		stage = append(stage, b[:k]...)
-		b = b[k:]
-		if _, err = t.tc.Write(stage); err != nil {
-			break
+		k := tlsRecord - len(stage) // fill the staged record from b
+		if r := len(b) % tlsRecord; len(b) >= tlsRecord && r <= k {
+			k = r // or only up to where b's whole records start
 		}
-		stage = stage[:0]
+		if stage = append(stage, b[:k]...); len(stage) > 0 {
+			if _, err = t.tc.Write(stage); err != nil {
+				break
+			}
+			stage = stage[:0]
+		}
+		b = b[k:]
 		if whole := len(b) - len(b)%tlsRecord; whole > 0 {
 			if _, err = t.tc.Write(b[:whole]); err != nil {
 				break
