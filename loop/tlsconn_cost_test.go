@@ -2,6 +2,7 @@ package loop
 
 import (
 	"bytes"
+	"runtime"
 	"strconv"
 	"testing"
 )
@@ -96,3 +97,31 @@ func benchTLSRoundTrips(b *testing.B, size int) {
 
 func BenchmarkTLSRoundTrip(b *testing.B)      { benchTLSRoundTrips(b, 64) }
 func BenchmarkTLSRoundTrip64KiB(b *testing.B) { benchTLSRoundTrips(b, 64<<10) }
+
+// A large put body a client wrote with its line, in one write, so that its
+// first record holds the line and the body's start, is allocated once, at
+// its full size, at that first record: not at that record's size first and
+// then again, with a copy, at the next.
+func TestTLSLargePutBodyIsAllocatedOnce(t *testing.T) {
+	const size, warm, runs = 64 << 10, 300, 20
+	p := newTLSPair(t, size)
+	recs := p.tlsRoundTrips(t, 1, warm+runs, size)
+	for _, r := range recs[:3*warm] {
+		p.run(r)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for _, r := range recs[3*warm:] {
+		p.run(r)
+	}
+	runtime.ReadMemStats(&after)
+	if p.c.closed || p.t.ended {
+		t.Fatal("the connection ended")
+	}
+	// The body (size+2 bytes, which the heap rounds up to 72 KiB) and a
+	// few small objects; not another 16 KiB.
+	if got := (after.TotalAlloc - before.TotalAlloc) / runs; got > size+12<<10 {
+		t.Fatalf("a %d-byte TLS round trip allocates %d bytes", size, got)
+	}
+}
