@@ -41,6 +41,9 @@ func (p *tlsPair) run(record []byte) {
 // more: the pass that has run a record's commands does not ask crypto/tls
 // for a record gnet does not hold.
 func TestTLSRoundTripAllocatesOnlyTheJobAndOnePerRecord(t *testing.T) {
+	if raceBuild {
+		t.Skip("allocations are not counted under the race detector")
+	}
 	p := newTLSPair(t, 100)
 	p.deliver(p.encrypt(t, []byte("put 0 0 60 5\r\nhello\r\n")))
 	p.deliver(p.encrypt(t, []byte("reserve\r\n")))
@@ -103,6 +106,9 @@ func BenchmarkTLSRoundTrip64KiB(b *testing.B) { benchTLSRoundTrips(b, 64<<10) }
 // its full size, at that first record: not at that record's size first and
 // then again, with a copy, at the next.
 func TestTLSLargePutBodyIsAllocatedOnce(t *testing.T) {
+	if raceBuild {
+		t.Skip("allocations are not counted under the race detector")
+	}
 	const size, warm, runs = 64 << 10, 300, 20
 	p := newTLSPair(t, size)
 	recs := p.tlsRoundTrips(t, 1, warm+runs, size)
