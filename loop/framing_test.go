@@ -31,7 +31,7 @@ func (r *recConn) Writev(bs [][]byte) (int, error) {
 
 // framingServer is a server with one loop and -z maxJob, and one
 // connection to it driven by hand.
-func framingServer(t *testing.T, maxJob uint32) (*Server, *conn, *recConn) {
+func framingServer(t testing.TB, maxJob uint32) (*Server, *conn, *recConn) {
 	eng := engine.New(1)
 	s, err := New(Config{Loops: 1, MaxJobSize: maxJob, Log: zerolog.Nop()}, eng)
 	if err != nil {

@@ -11,8 +11,11 @@ import (
 
 // directBody is how much of a put body must have arrived before the rest is
 // read from the socket straight into it: below that, gnet's one read per
-// wake-up is as cheap.
-const directBody = 16 << 10
+// wake-up is as cheap. It is a TLS record's plaintext less the longest
+// line, so that a TLS put whose first record holds its line and the start
+// of its body (the client wrote them at once) has the body given its final
+// size there, not that record's size first and then a copy at the next.
+const directBody = tlsRecord - codec.MaxLine
 
 // process runs c's pass: every complete command buffered for c, in order,
 // with their replies sent in one write. It stops early at a reserve that has

@@ -223,6 +223,9 @@ type tlsConn struct {
 	ended bool
 	// drained: the last read found no more input.
 	drained bool
+	// held: crypto/tls may hold plaintext not yet read (its last Read
+	// filled the buffer it was given).
+	held bool
 	// charged is crypto/tls's record buffer (recordPipe.bufSize) as
 	// charged against the memory ceiling (MemPartialBodies).
 	charged int64
@@ -230,7 +233,7 @@ type tlsConn struct {
 
 func newTLSConn(gc gnet.Conn, s *tlsSession, ls *loopState) *tlsConn {
 	s.pipe.from, s.pipe.to = gc, &ls.tlsOut
-	t := &tlsConn{Conn: gc, tc: s.tc, pipe: s.pipe, ls: ls}
+	t := &tlsConn{Conn: gc, tc: s.tc, pipe: s.pipe, ls: ls, held: true}
 	ls.tlsConns[t] = struct{}{}
 	ls.s.tlsOpen.Add(1)
 	return t
@@ -252,7 +255,7 @@ func (t *tlsConn) closed() {
 // plain. A reply crypto/tls owes the client meanwhile (to a key update) is
 // sent.
 func (t *tlsConn) fill() {
-	if t.ended {
+	if t.ended || t.starved() {
 		return
 	}
 	if len(t.plain) == 0 {
@@ -266,11 +269,26 @@ func (t *tlsConn) fill() {
 	}
 	n, err := t.tc.Read(t.plain[len(t.plain):cap(t.plain)])
 	t.plain = t.plain[:len(t.plain)+n]
-	t.note(err)
+	t.note(len(t.plain) == cap(t.plain), err)
 }
 
-// note records what a read of crypto/tls said about the input.
-func (t *tlsConn) note(err error) {
+// starved reports, and notes as drained, that a read of crypto/tls would
+// find nothing: it holds no plaintext, and gnet no input (or its end).
+// That read is not made: it would cost a pass through crypto/tls's record
+// layer and an allocation there, once per pass, to learn what the pipe
+// says at once.
+func (t *tlsConn) starved() bool {
+	if t.held || t.Conn.InboundBuffered() > 0 || t.Conn.PeerClosed() {
+		return false
+	}
+	t.drained = true
+	return true
+}
+
+// note records what a read of crypto/tls said about the input; full: it
+// filled the buffer it was given.
+func (t *tlsConn) note(full bool, err error) {
+	t.held = full && err == nil
 	switch {
 	case err == errWouldBlock:
 		t.drained = true
@@ -306,11 +324,11 @@ func (t *tlsConn) more() bool { return !t.drained && !t.ended }
 // plain is all consumed; it reports the bytes read, 0 when no more input
 // is buffered (or none comes).
 func (t *tlsConn) readDirect(b []byte) int {
-	if t.ended {
+	if t.ended || t.starved() {
 		return 0
 	}
 	n, err := t.tc.Read(b)
-	t.note(err)
+	t.note(n == len(b), err)
 	return n
 }
 
@@ -369,7 +387,11 @@ func (t *tlsConn) Write(b []byte) (int, error) {
 
 // Writev encrypts bs into as few records as they fill (crypto/tls makes at
 // least one record per Write, so small replies share one) and hands them
-// to gnet in one write.
+// to gnet in one write. crypto/tls copies what it seals into a record
+// buffer of its own, so a slice of a record or more (a job body) is
+// handed to it where it lies, not first copied after what is staged: the
+// staged bytes and the slice's first len%tlsRecord bytes make a record,
+// then the rest of the slice makes whole ones.
 func (t *tlsConn) Writev(bs [][]byte) (int, error) {
 	stage := t.ls.tlsStage[:0]
 	n := 0
@@ -380,13 +402,17 @@ func (t *tlsConn) Writev(bs [][]byte) (int, error) {
 			stage = append(stage, b...)
 			continue
 		}
-		k := tlsRecord - len(stage)
-		stage = append(stage, b[:k]...)
-		b = b[k:]
-		if _, err = t.tc.Write(stage); err != nil {
-			break
+		k := tlsRecord - len(stage) // fill the staged record from b
+		if r := len(b) % tlsRecord; len(b) >= tlsRecord && r <= k {
+			k = r // or only up to where b's whole records start
 		}
-		stage = stage[:0]
+		if stage = append(stage, b[:k]...); len(stage) > 0 {
+			if _, err = t.tc.Write(stage); err != nil {
+				break
+			}
+			stage = stage[:0]
+		}
+		b = b[k:]
 		if whole := len(b) - len(b)%tlsRecord; whole > 0 {
 			if _, err = t.tc.Write(b[:whole]); err != nil {
 				break

@@ -57,7 +57,7 @@ type tlsPair struct {
 	tap    *tap
 }
 
-func newTLSPair(t *testing.T, maxJob uint32) *tlsPair {
+func newTLSPair(t testing.TB, maxJob uint32) *tlsPair {
 	t.Helper()
 	certPEM, keyPEM := selfSigned(t, "127.0.0.1")
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
@@ -114,7 +114,7 @@ func (p *tlsPair) deliver(records []byte) {
 }
 
 // replies decrypts everything the server wrote.
-func (p *tlsPair) replies(t *testing.T) string {
+func (p *tlsPair) replies(t testing.TB) string {
 	t.Helper()
 	p.tap.in = append(p.tap.in, p.rc.out...)
 	p.rc.out = nil
@@ -135,7 +135,7 @@ func (p *tlsPair) replies(t *testing.T) string {
 // encrypt is script as the client's records, written in writes of the
 // given sizes (the rest in one): each write is a record of its own, or
 // several.
-func (p *tlsPair) encrypt(t *testing.T, script []byte, writes ...int) []byte {
+func (p *tlsPair) encrypt(t testing.TB, script []byte, writes ...int) []byte {
 	t.Helper()
 	for _, n := range writes {
 		n = min(n, len(script))

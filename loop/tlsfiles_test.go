@@ -17,7 +17,7 @@ import (
 )
 
 // selfSigned returns a self-signed certificate and its key, in PEM.
-func selfSigned(t *testing.T, name string) (certPEM, keyPEM []byte) {
+func selfSigned(t testing.TB, name string) (certPEM, keyPEM []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

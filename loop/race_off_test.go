@@ -1,0 +1,5 @@
+//go:build !race
+
+package loop
+
+const raceBuild = false
