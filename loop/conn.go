@@ -175,6 +175,8 @@ type putState struct {
 	// bodyCharged is what body is charged against the memory ceiling
 	// (growBody); a body cloned whole in one pass is not.
 	bodyCharged int64
+	// bigBodies: c's last put body was at least directBody (bodySize).
+	bigBodies bool
 }
 
 // decoder is c's input decoder. A connection between commands needs none

@@ -19,6 +19,8 @@ type fakeConn struct {
 	in      []byte
 	written int
 	woken   bool // the pass yielded (its time slice ran out) and asked to be woken
+	// readSize is what SetReadSize last set: what gnet's reads ask for.
+	readSize int
 }
 
 // Peek is gnet's: n bytes, all of them if n <= 0.
@@ -50,6 +52,8 @@ func (f *fakeConn) PeerClosed() bool      { return false }
 func (f *fakeConn) PeerHangup() bool      { return false }
 func (f *fakeConn) PauseRead() error      { return nil }
 func (f *fakeConn) ResumeRead() error     { return nil }
+func (f *fakeConn) SetReadSize(n int)     { f.readSize = n }
+func (f *fakeConn) Fd() int               { return -1 } // no socket: a direct read finds nothing
 func (f *fakeConn) RemoteAddr() net.Addr  { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
 func (f *fakeConn) Wake(gnet.AsyncCallback) error {
 	f.woken = true

@@ -1,7 +1,9 @@
 package loop
 
 import (
+	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/beanpole/beanpole/codec"
 	"github.com/beanpole/beanpole/engine"
@@ -16,6 +18,13 @@ import (
 // of its body (the client wrote them at once) has the body given its final
 // size there, not that record's size first and then a copy at the next.
 const directBody = tlsRecord - codec.MaxLine
+
+// headRead is what each read of a connection whose puts carry large bodies
+// asks for (bodySize): a command line or a few and the first bytes of the
+// next body, which is then read from the socket straight into the job
+// (readBodyDirect). A read of gnet's whole buffer (256 KiB) would bring
+// most of that body with it, to be copied out of gnet's buffer again.
+const headRead = 1 << 10
 
 // process runs c's pass: every complete command buffered for c, in order,
 // with their replies sent in one write. It stops early at a reserve that has
@@ -171,11 +180,12 @@ func (s *Server) pass(c *conn) gnet.Action {
 			}
 		case codec.BodyPart:
 			off += f.N
-			if c.readBody(f.Body) && off == len(buf) && len(c.body) >= directBody {
+			if c.readBody(f.Body) && off == len(buf) && cap(c.body) >= directBody {
 				c.readBodyDirect(d)
 			}
 		case codec.Body, codec.ExpectedCRLF:
 			off += f.N
+			c.bodySize()
 			if c.readBody(f.Body) {
 				c.releaseBody() // the job is charged for it
 				if f.Event == codec.Body {
@@ -529,11 +539,16 @@ func (c *conn) readBody(p []byte) bool {
 // ceiling. Below directBody a body doubles as bytes arrive (copies of at
 // most 16 KiB); from there on, where readBodyDirect takes over, it is
 // given its final size at once, so the rest is read into it with no
-// further copy.
+// further copy. A connection whose last put body was that large
+// (bigBodies) has its next given its final size at once: it reads in
+// small reads (bodySize), so the first part is only what shared a read
+// with the put's line. So a client holds the memory of a body it has not
+// sent only once it has sent directBody bytes, of that body or of the one
+// before.
 func (c *conn) growBody(want int) bool {
 	need := int(c.put.bytes) + 2
 	size := min(need, max(2*cap(c.body), want))
-	if want >= directBody {
+	if want >= directBody || c.bigBodies {
 		size = need
 	}
 	cost := int64(engine.AllocSize(size))
@@ -544,10 +559,45 @@ func (c *conn) growBody(want int) bool {
 		return false
 	}
 	c.bodyCharged += cost
-	nb := make([]byte, len(c.body), size)
-	copy(nb, c.body)
-	c.body = nb
+	c.body = append(uninitBytes(size), c.body...)
 	return true
+}
+
+// uninitBytes returns an empty slice with room for n bytes whose memory is
+// not cleared first. A body's memory is written by the reads that fill it
+// before any of it is used, and clearing 64 KiB of memory the collector
+// has not handed out lately (cold in the cache) costs about what copying
+// the body does. strings.Builder is the one way out of the standard
+// library to such memory (its Grow skips the clearing); the slice is
+// memory the builder allocated as bytes, nothing of it escapes as a string.
+func uninitBytes(n int) []byte {
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteByte(0)
+	return unsafe.Slice(unsafe.StringData(b.String()), n)[:0]
+}
+
+// bodySize notes the size of the put body that has just fully arrived.
+// From a body of directBody bytes on, c's reads ask for headRead bytes, so
+// that its next large body is read from the socket straight into the job
+// rather than through gnet's buffer; a smaller body sets them back to
+// gnet's whole buffer, the fewest reads for a client that pipelines small
+// commands. (A TLS connection's reads bring whole records, which are
+// decrypted into the job: they keep their size.)
+func (c *conn) bodySize() {
+	big := int(c.put.bytes)+2 >= directBody
+	if big == c.bigBodies {
+		return
+	}
+	c.bigBodies = big
+	if _, ok := c.gc.(*tlsConn); ok {
+		return
+	}
+	n := 0
+	if big {
+		n = headRead
+	}
+	c.gc.SetReadSize(n)
 }
 
 // releaseBody returns the charge for the body held so far: it became a

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -173,4 +174,26 @@ func TestFailedNewClosesWhatItBound(t *testing.T) {
 		t.Fatalf("the protocol port is still held after New failed: %v", err)
 	}
 	ln.Close()
+}
+
+// The heap profile samples allocations only when /debug/pprof/ can serve
+// it or GODEBUG sets its rate.
+func TestHeapSampledOnlyForPprof(t *testing.T) {
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+	for _, tc := range []struct {
+		pprof   bool
+		godebug string
+		want    int
+	}{
+		{false, "", 0},
+		{false, "madvdontneed=1", 0},
+		{true, "", 512 << 10},
+		{false, "gctrace=1,memprofilerate=1", 512 << 10},
+	} {
+		runtime.MemProfileRate = 512 << 10
+		sampleHeap(tc.pprof, tc.godebug)
+		if runtime.MemProfileRate != tc.want {
+			t.Errorf("pprof %v, GODEBUG %q: MemProfileRate %d, want %d", tc.pprof, tc.godebug, runtime.MemProfileRate, tc.want)
+		}
+	}
 }

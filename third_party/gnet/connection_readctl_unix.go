@@ -1,8 +1,8 @@
 // Copyright (c) 2026 The beanpole authors. Licensed under the Apache License, Version 2.0.
 //
 // Read control for stream connections, added to gnet v2.10.0 by beanpole (see
-// third_party/PATCHES.md there): EOF as an event (WithHalfClose) and
-// PauseRead/ResumeRead. A connection's poller interest is a function of its read
+// third_party/PATCHES.md there): EOF as an event (WithHalfClose),
+// PauseRead/ResumeRead and the size of each read (SetReadSize). A connection's poller interest is a function of its read
 // state and of whether outbound data is pending; rearm is the one place applying it.
 
 //go:build darwin || dragonfly || freebsd || linux || netbsd || openbsd
@@ -11,6 +11,7 @@ package gnet
 
 import (
 	"io"
+	"math"
 	"net"
 	"os"
 
@@ -94,6 +95,17 @@ func (el *eventloop) writeEvent(c *conn) error {
 
 func (c *conn) PeerClosed() bool { return c.peerEOF }
 func (c *conn) PeerHangup() bool { return c.peerHup }
+
+func (c *conn) SetReadSize(n int) {
+	switch {
+	case n <= 0:
+		c.readSize = 0
+	case uint64(n) > math.MaxUint32:
+		c.readSize = math.MaxUint32
+	default:
+		c.readSize = uint32(n)
+	}
+}
 
 func (c *conn) PauseRead() error {
 	switch {

@@ -10,3 +10,4 @@ func (*conn) PeerClosed() bool  { return false }
 func (*conn) PeerHangup() bool  { return false }
 func (*conn) PauseRead() error  { return errorx.ErrUnsupportedOp }
 func (*conn) ResumeRead() error { return errorx.ErrUnsupportedOp }
+func (*conn) SetReadSize(int)   {}

@@ -58,6 +58,7 @@ type conn struct {
 	peerEOF        bool                   // read returned EOF under WithHalfClose
 	peerHup        bool                   // the peer's FIN has been seen (EOF; EPOLLRDHUP, EPOLLHUP or a reset after it while reads are off)
 	writeShut      bool                   // under WithHalfClose: the peer takes no more output (EPOLLHUP, a reset after its FIN, EPIPE); output is dropped
+	readSize       uint32                 // SetReadSize: the most one read(2) asks for; 0: the whole read buffer
 }
 
 func newStreamConn(proto string, fd int, el *eventloop, sa unix.Sockaddr, localAddr, remoteAddr net.Addr) (c *conn) {

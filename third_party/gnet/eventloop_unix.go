@@ -266,7 +266,11 @@ loop:
 	if c.readOff() {
 		return nil
 	}
-	n, err := unix.Read(c.fd, el.buffer)
+	buf := el.buffer
+	if c.readSize > 0 && int(c.readSize) < len(buf) {
+		buf = buf[:c.readSize]
+	}
+	n, err := unix.Read(c.fd, buf)
 	if err != nil || n == 0 {
 		if err == unix.EAGAIN {
 			return nil
@@ -301,7 +305,7 @@ loop:
 	// we need to set up threshold for the maximum read bytes per connection
 	// on each event-loop. If the threshold is reached and there are still
 	// unread data in the socket buffer, we must issue another read event manually.
-	if isET && n == len(el.buffer) {
+	if isET && n == len(buf) {
 		return el.poller.Trigger(queue.LowPriority, el.read0, c)
 	}
 

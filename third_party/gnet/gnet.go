@@ -495,6 +495,16 @@ type Conn interface {
 	// you must invoke it within any method in EventHandler.
 	ResumeRead() error
 
+	// SetReadSize makes each read(2) of the connection, from the next one on,
+	// ask for at most n bytes; n <= 0, or n past the read buffer
+	// (WithReadBufferCap), restores the default: the whole read buffer. A
+	// handler that reads large payloads from the socket itself (into their
+	// final memory) sets it small, so that the read bringing a header takes
+	// little of the payload with it. It's not concurrency-safe, you must
+	// invoke it within any method in EventHandler. Only stream connections on
+	// Unix heed it.
+	SetReadSize(n int)
+
 	// CloseWithCallback closes the current connection, it's concurrency-safe.
 	// Usually you should provide a non-nil callback for this method,
 	// otherwise your better choice is Close().

@@ -1,0 +1,84 @@
+package loop
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/beanpole/beanpole/engine"
+)
+
+// A put body of directBody bytes or more makes the connection's reads ask
+// for headRead bytes, so that its next large body is read straight into the
+// job; the next large body is given, and charged, its full size as soon as
+// its first part arrives; a smaller body sets the reads back to gnet's
+// whole buffer.
+func TestLargeBodiesAreReadInSmallReads(t *testing.T) {
+	s, c, rc := framingServer(t, 1<<20)
+	put := func(n int) string { return "put 0 0 10 " + strconv.Itoa(n) + "\r\n" }
+
+	rc.in = []byte(put(directBody) + string(bytes.Repeat([]byte("a"), directBody)) + "\r\n")
+	rc.run(s, c)
+	if rc.readSize != headRead {
+		t.Fatalf("after a body of %d bytes: reads of %d bytes, want %d", directBody, rc.readSize, headRead)
+	}
+
+	const next = 100_000
+	first := headRead - len(put(next))
+	rc.in = []byte(put(next) + string(bytes.Repeat([]byte("b"), first)))
+	rc.run(s, c)
+	if got, want := s.eng.Memory(engine.MemPartialBodies), int64(engine.AllocSize(next+2)); got != want {
+		t.Fatalf("the next large body, %d of %d bytes in: %d bytes charged, want its full size %d", first, next, got, want)
+	}
+	rc.in = []byte(string(bytes.Repeat([]byte("b"), next-first)) + "\r\n" + put(5) + "small\r\n")
+	rc.run(s, c)
+	if rc.readSize != 0 {
+		t.Fatalf("after a body of 5 bytes: reads of %d bytes, want 0 (gnet's whole buffer)", rc.readSize)
+	}
+	if got := s.eng.Memory(engine.MemPartialBodies); got != 0 {
+		t.Fatalf("%d bytes of partial bodies still charged, want 0", got)
+	}
+	if want := "INSERTED 1\r\nINSERTED 2\r\nINSERTED 3\r\n"; string(rc.out) != want {
+		t.Fatalf("replies %q, want %q", rc.out, want)
+	}
+}
+
+// Bodies large and small, put one at a time and pipelined, over a real
+// socket whose reads change size between them, all come back intact.
+func TestLargeBodiesIntactAcrossReadSizes(t *testing.T) {
+	addr := startServer(t, 1<<20)
+	c := dial(t, addr)
+	sizes := []int{directBody, 65536, 10, 300_000, directBody - 1, 65536, 1 << 20, 100}
+	body := func(i, n int) []byte {
+		b := make([]byte, n)
+		for j := range b {
+			b[j] = byte('a' + (i+j)%26)
+		}
+		return b
+	}
+	var id int
+	// One at a time: each reply awaited, the reads sized by the body before.
+	for i, n := range sizes {
+		id++
+		send(t, c, fmt.Sprintf("put 0 0 10 %d\r\n%s\r\n", n, body(i, n)))
+		expect(t, c, fmt.Sprintf("INSERTED %d\r\n", id))
+		send(t, c, "reserve\r\n")
+		expect(t, c, fmt.Sprintf("RESERVED %d %d\r\n%s\r\n", id, n, body(i, n)))
+		send(t, c, fmt.Sprintf("delete %d\r\n", id))
+		expect(t, c, "DELETED\r\n")
+	}
+	// Pipelined: every put in one write, then every reserve and delete.
+	var in, want bytes.Buffer
+	for i, n := range sizes {
+		fmt.Fprintf(&in, "put 0 0 10 %d\r\n%s\r\n", n, body(i, n))
+		fmt.Fprintf(&want, "INSERTED %d\r\n", id+1+i)
+	}
+	for i, n := range sizes {
+		in.WriteString("reserve\r\n")
+		fmt.Fprintf(&in, "delete %d\r\n", id+1+i)
+		fmt.Fprintf(&want, "RESERVED %d %d\r\n%s\r\nDELETED\r\n", id+1+i, n, body(i, n))
+	}
+	go func() { _, _ = c.Write(in.Bytes()) }()
+	expect(t, c, want.String())
+}
