@@ -357,6 +357,9 @@ func runOne(v *Variant, ct Contender, o *Options, pinned bool) (Metrics, error) 
 		mx["tcp_retrans"] = float64(r1 - r0)
 	}
 	derr := srv.Died()
+	if err != nil && ct.Cluster {
+		err = fmt.Errorf("%w; the nodes' last log lines:%s", err, srv.logTail(4))
+	}
 	// Kill the server before closing our sockets: the server side then
 	// does the active close, so TIME_WAIT entries sit on the dead server's
 	// port instead of on the client ports the next runs need.

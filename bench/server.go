@@ -359,6 +359,17 @@ func (s *Server) Died() error {
 	return fmt.Errorf("%s exited during the run (%v): %s", s.Name, s.waitErr, s.stderr.String())
 }
 
+// logTail is the last lines each process of s (a cluster's nodes) wrote,
+// for a failed run's report: a cluster that closed a client says why.
+func (s *Server) logTail(lines int) string {
+	var b strings.Builder
+	for _, n := range append([]*Server{s}, s.group...) {
+		l := strings.Split(n.stderr.String(), "\n")
+		fmt.Fprintf(&b, "\n  %s (pid %d): %s", n.Name, n.Pid, strings.Join(l[max(0, len(l)-lines):], "\n    "))
+	}
+	return b.String()
+}
+
 // RSS returns the resident set size in bytes (VmRSS).
 func (s *Server) RSS() (int64, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(s.Pid) + "/status")

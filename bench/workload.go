@@ -383,6 +383,12 @@ func runPipeline(rc *RunCtx, conns int) (Metrics, error) {
 	}
 	endWindow := windowTicker(l, m, o.Warmup, o.Duration, func() { w.stopping = true })
 	l.OnTick = func() {
+		// A server that puts half of -pipe-max jobs within the warm-up
+		// would put them all before a window opened: the warm-up ends
+		// there, and the second half is measured.
+		if !m.on && 2*w.led.Count() >= w.maxJobs {
+			m.start()
+		}
 		endWindow()
 		if !w.stopping && w.led.Count() >= w.maxJobs && w.inflight == 0 {
 			if !m.on {
