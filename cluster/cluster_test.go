@@ -90,6 +90,21 @@ func (g *group) leader(excluded ...*Node) (*Node, *Journal) {
 	return nil, nil
 }
 
+// replicates checks that the group's leader gets a put acknowledged and
+// that every node then holds it.
+func (g *group) replicates() {
+	g.t.Helper()
+	leader, jl := g.leader()
+	a := newAcks(1)
+	if err := jl.Put(job(1), a.ack(0)); err != nil {
+		g.t.Fatal(err)
+	}
+	a.wait(g.t)
+	if jobs, _ := g.converged(leader); len(jobs) != 1 {
+		g.t.Fatalf("%d jobs on every node, want 1", len(jobs))
+	}
+}
+
 func slicesContains(s []*Node, n *Node) bool {
 	for _, x := range s {
 		if x == n {

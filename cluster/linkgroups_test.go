@@ -228,13 +228,5 @@ func TestNodesOfOneGroupAndOfManySpeakOverGroupZero(t *testing.T) {
 		}
 		g.nodes = append(g.nodes, nd)
 	}
-	leader, jl := g.leader()
-	a := newAcks(1)
-	if err := jl.Put(job(1), a.ack(0)); err != nil {
-		t.Fatal(err)
-	}
-	a.wait(t)
-	if jobs, _ := g.converged(leader); len(jobs) != 1 {
-		t.Fatalf("%d jobs on every node, want 1", len(jobs))
-	}
+	g.replicates()
 }

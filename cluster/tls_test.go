@@ -82,15 +82,7 @@ func TestNodesSpeakMutualTLSAndRefuseForeignCertificates(t *testing.T) {
 			nd.Close()
 		}
 	})
-	leader, jl := g.leader()
-	a := newAcks(1)
-	if err := jl.Put(job(1), a.ack(0)); err != nil {
-		t.Fatal(err)
-	}
-	a.wait(t)
-	if jobs, _ := g.converged(leader); len(jobs) != 1 {
-		t.Fatalf("%d jobs on every node, want 1", len(jobs))
-	}
+	g.replicates()
 
 	// A peer whose certificate another CA signed is refused in the
 	// handshake, and so is one with no certificate.
