@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -39,12 +40,19 @@ func cpuCgroupRoot() (dir string, v2 bool, err error) {
 	return "", false, errors.New("no CPU cgroup hierarchy under /sys/fs/cgroup (cgroup v1 cpu or v2)")
 }
 
-// checkCgroups makes a CPU cgroup with a bandwidth limit and removes it
-// again: whether confine can work here.
+// checkCgroups confines a throwaway process as confine does a server, and
+// removes its cgroup again: whether confine can work here (a container may
+// let a cgroup be made and not let a process into it).
 func checkCgroups() error {
-	dir, err := limitedCgroup("probe")
+	p := exec.Command("sleep", "60")
+	if err := p.Start(); err != nil {
+		return err
+	}
+	remove, err := confine(p.Process.Pid)
+	_ = p.Process.Kill()
+	_ = p.Wait()
 	if err == nil {
-		_ = os.Remove(dir)
+		remove()
 	}
 	return err
 }
