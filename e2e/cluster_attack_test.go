@@ -240,6 +240,13 @@ func TestForgedMalformedEntryIsRefusedByTheStateMachine(t *testing.T) {
 	lead := tc.agreedLeader()
 	f := tc.other(lead)
 	put(t, f.srv.dial(t), 0, 0, 60, "before", 1)
+	// The put is acknowledged once the leader and one follower hold it,
+	// maybe not f. A forged entry of a higher term that f took in its
+	// place would make f's log win the next election and take the put
+	// back on every node (a plaintext forger can do that); the attack
+	// here is on what f applies, so f holds the put first.
+	committed := tc.status(lead).CommitIndex
+	waitFor(t, 30*time.Second, f.id+" to apply the put", func() bool { return tc.status(f).AppliedIndex >= committed })
 	st := tc.fullStatus(f)
 
 	p := newRaftPeer(t, nil)
