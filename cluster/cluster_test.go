@@ -23,7 +23,7 @@ import (
 
 // group is n in-process nodes on raft's in-memory transport.
 type group struct {
-	t     *testing.T
+	t     testing.TB
 	nodes []*Node
 	trans []*raft.InmemTransport
 }
@@ -138,7 +138,7 @@ func (a *acks) ack(i int) record.Ack {
 	})
 }
 
-func (a *acks) wait(t *testing.T) {
+func (a *acks) wait(t testing.TB) {
 	t.Helper()
 	select {
 	case <-a.all:
@@ -727,7 +727,7 @@ func (g *group) handBack(nl *Node, i int) {
 }
 
 // waitUntil polls cond until it holds, for at most 30 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
+func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {

@@ -1,15 +1,12 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/raft"
 
 	"github.com/beanpole/beanpole/record"
 )
@@ -30,7 +27,7 @@ func BenchmarkIdleGroups(b *testing.B) {
 		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
 			_, gs := hostGroups(b, 3, groups, nil)
 			for _, nodes := range gs {
-				awaitLeader(b, nodes)
+				(&group{t: b, nodes: nodes}).leader()
 			}
 			last := func() (n uint64) {
 				for _, nodes := range gs {
@@ -62,25 +59,6 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// awaitLeader waits for one of nodes to take the lead as a serving node
-// does, lease confirmations and all, and returns it with its journal.
-func awaitLeader(b *testing.B, nodes []*Node) (*Node, *Journal) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for ctx.Err() == nil {
-		for _, nd := range nodes {
-			if nd.Raft.State() == raft.Leader {
-				if jl, err := nd.AwaitLeadership(ctx); err == nil {
-					return nd, jl
-				}
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	b.Fatal("a group has no leader after a minute")
-	return nil, nil
-}
-
 // BenchmarkBusyGroups measures whether groups that each write their own
 // raft log scale on one disk: three nodes on loopback, each hosting
 // groups groups on one raft port, and a writer per group that keeps
@@ -101,7 +79,7 @@ func BenchmarkBusyGroups(b *testing.B) {
 			var wg sync.WaitGroup
 			var leaders []*Node
 			for g, nodes := range gs {
-				nd, jl := awaitLeader(b, nodes)
+				nd, jl := (&group{t: b, nodes: nodes}).leader()
 				leaders = append(leaders, nd)
 				wg.Add(1)
 				go func() {

@@ -71,25 +71,23 @@ type Config struct {
 	// Log receives raft's own log lines (warnings and up), in the
 	// process's format.
 	Log zerolog.Logger
-	// links, when set, is a raft port another group of this process
-	// opened: the node's group (group, not 0) shares it (linkgroups.go)
-	// instead of listening on Raft itself.
+	// links, when set, is a raft port this process opened for its
+	// groups: the node's group (group) is carried on it (linkgroups.go),
+	// and the node neither listens on Raft itself nor closes the port.
 	links *linkLayer
 	group uint16
 }
 
 // Node is one member of the group.
 type Node struct {
-	Raft  *raft.Raft
-	FSM   *FSM
-	cfg   Config
-	wal   *wal.WAL
-	trans raft.Transport
-	links *linkLayer // nil with cfg.Transport
-	// ownLinks: the node opened links, and closes it with itself.
-	ownLinks bool
-	leading  chan bool
-	m        *metrics
+	Raft    *raft.Raft
+	FSM     *FSM
+	cfg     Config
+	wal     *wal.WAL
+	trans   raft.Transport
+	links   *linkLayer // nil with cfg.Transport
+	leading chan bool
+	m       *metrics
 	// Fresh: the directory held no state when the node opened.
 	Fresh bool
 	// fenced times the RPCs whose answers confirm the lead (fence.go).
@@ -226,7 +224,7 @@ func Open(cfg Config) (*Node, error) {
 		return fail(fmt.Errorf("cluster: %w", err))
 	}
 	rp.Store(r)
-	nd := &Node{Raft: r, FSM: fsm, cfg: cfg, wal: w, trans: fenced, fenced: fenced, links: links, ownLinks: ownLinks, leading: leading, Fresh: !has, m: m}
+	nd := &Node{Raft: r, FSM: fsm, cfg: cfg, wal: w, trans: fenced, fenced: fenced, links: links, leading: leading, Fresh: !has, m: m}
 	nd.watchLeader()
 	nd.watchMembers()
 	return nd, nil
@@ -447,7 +445,7 @@ func (n *Node) Close() error {
 	if c, ok := n.trans.(io.Closer); ok {
 		_ = c.Close()
 	}
-	if n.ownLinks {
+	if n.links != nil && n.cfg.links == nil { // the node opened the port
 		_ = n.links.Close()
 	}
 	if cerr := n.wal.Close(); err == nil {
