@@ -115,14 +115,7 @@ type membership struct {
 // other members and promotes the non-voters that have caught up, and on
 // every node notices its own removal.
 func (n *Node) watchMembers() {
-	n.mem.health = map[raft.ServerID]*health{}
-	n.mem.gone = map[raft.ServerID]*departed{}
-	n.mem.removed = make(chan struct{})
-	note, err := os.ReadFile(filepath.Join(n.cfg.Dir, memberFile))
-	n.mem.member = err == nil
-	if string(note) == removedNote {
-		close(n.mem.removed)
-	}
+	n.loadMembership()
 	go func() {
 		tick := time.NewTicker(n.probeEvery())
 		defer tick.Stop()
@@ -150,6 +143,19 @@ func (n *Node) watchMembers() {
 			}
 		}
 	}()
+}
+
+// loadMembership reads what the node noted of its membership (memberFile):
+// a node noted removed has Removed closed from the start.
+func (n *Node) loadMembership() {
+	n.mem.health = map[raft.ServerID]*health{}
+	n.mem.gone = map[raft.ServerID]*departed{}
+	n.mem.removed = make(chan struct{})
+	note, err := os.ReadFile(filepath.Join(n.cfg.Dir, memberFile))
+	n.mem.member = err == nil
+	if string(note) == removedNote {
+		n.mem.once.Do(func() { close(n.mem.removed) })
+	}
 }
 
 // checkMembership notes that this node is a member once raft's latest

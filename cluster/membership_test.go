@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -290,5 +292,23 @@ func TestLeadIsNotHandedToANonVoter(t *testing.T) {
 	}
 	if lead.Raft.State() != raft.Leader {
 		t.Fatal("the leader lost the lead")
+	}
+}
+
+// A node that restarts noted as removed, and then applies a committed
+// configuration without it, is removed once: Removed is closed, and
+// closing it again does not panic the process.
+func TestANodeNotedRemovedIsRemovedOnceWhenTheRemovalCommitsAgain(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, memberFile), []byte(removedNote), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{cfg: Config{ID: "n3", Dir: dir}}
+	n.loadMembership()
+	n.checkMembership(nil, []committedConf{{index: 9, servers: []raft.Server{{ID: "n1"}, {ID: "n2"}}}})
+	select {
+	case <-n.Removed():
+	default:
+		t.Fatal("a node noted removed is not told Removed")
 	}
 }
