@@ -82,3 +82,23 @@ func TestLargeBodiesIntactAcrossReadSizes(t *testing.T) {
 	go func() { _, _ = c.Write(in.Bytes()) }()
 	expect(t, c, want.String())
 }
+
+// A connection that sends a large put and then other commands (a worker
+// that put one big job) reads gnet's whole buffer again: small reads are
+// only for a run of large puts.
+func TestReadsAreWholeAgainAfterACommandThatIsNoPut(t *testing.T) {
+	s, c, rc := framingServer(t, 1<<20)
+	rc.in = []byte("put 0 0 10 " + strconv.Itoa(directBody) + "\r\n" + string(bytes.Repeat([]byte("a"), directBody)) + "\r\n")
+	rc.run(s, c)
+	if rc.readSize != headRead {
+		t.Fatalf("after a large body: reads of %d bytes, want %d", rc.readSize, headRead)
+	}
+	rc.in = []byte("list-tube-used\r\n")
+	rc.run(s, c)
+	if rc.readSize != 0 {
+		t.Fatalf("after list-tube-used: reads of %d bytes, want 0 (gnet's whole buffer)", rc.readSize)
+	}
+	if want := "INSERTED 1\r\nUSING default\r\n"; string(rc.out) != want {
+		t.Fatalf("replies %q, want %q", rc.out, want)
+	}
+}

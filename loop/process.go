@@ -173,6 +173,9 @@ func (s *Server) pass(c *conn) gnet.Action {
 				goto done
 			}
 			off += f.N
+			if c.connExtra != nil && c.bigBodies && (f.Cmd.Op != codec.OpPut || f.Status != codec.OK) {
+				c.setBigBodies(false) // not only large puts: whole reads again
+			}
 			if act := s.dispatch(c, f.Status, &f.Cmd); act != gnet.None {
 				s.settle(c, p, from)
 				action = act
@@ -580,12 +583,15 @@ func uninitBytes(n int) []byte {
 // bodySize notes the size of the put body that has just fully arrived.
 // From a body of directBody bytes on, c's reads ask for headRead bytes, so
 // that its next large body is read from the socket straight into the job
-// rather than through gnet's buffer; a smaller body sets them back to
-// gnet's whole buffer, the fewest reads for a client that pipelines small
-// commands. (A TLS connection's reads bring whole records, which are
-// decrypted into the job: they keep their size.)
-func (c *conn) bodySize() {
-	big := int(c.put.bytes)+2 >= directBody
+// rather than through gnet's buffer; a smaller body, or any other command
+// (pass), sets them back to gnet's whole buffer, the fewest reads for a
+// client that pipelines small commands.
+func (c *conn) bodySize() { c.setBigBodies(int(c.put.bytes)+2 >= directBody) }
+
+// setBigBodies sets c's reads for large put bodies or for anything else.
+// (A TLS connection's reads bring whole records, which are decrypted into
+// the job: they keep their size.)
+func (c *conn) setBigBodies(big bool) {
 	if big == c.bigBodies {
 		return
 	}
