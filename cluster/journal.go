@@ -91,11 +91,17 @@ func (j *Journal) beginLocked() (int, error) {
 
 // end closes the record opened at at, queues its ack and wakes the batcher.
 func (j *Journal) end(at int, ack record.Ack) error {
-	binary.LittleEndian.PutUint32(j.entry[at:], uint32(len(j.entry)-at-4))
-	j.acks = append(j.acks, ack)
+	j.endLocked(at, ack)
 	j.mu.Unlock()
 	j.wakeBatcher()
 	return nil
+}
+
+// endLocked patches the length of the record opened at at and queues its
+// ack, with j.mu held.
+func (j *Journal) endLocked(at int, ack record.Ack) {
+	binary.LittleEndian.PutUint32(j.entry[at:], uint32(len(j.entry)-at-4))
+	j.acks = append(j.acks, ack)
 }
 
 func (j *Journal) wakeBatcher() {
@@ -181,8 +187,7 @@ func (j *Journal) Pause(p *record.Pause, ack record.Ack) error {
 		return err
 	}
 	j.entry = record.AppendPause(j.entry, p)
-	binary.LittleEndian.PutUint32(j.entry[at:], uint32(len(j.entry)-at-4))
-	j.acks = append(j.acks, ack)
+	j.endLocked(at, ack)
 	j.sealLocked()
 	j.mu.Unlock()
 	j.wakeBatcher()

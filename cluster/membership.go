@@ -164,8 +164,8 @@ func (n *Node) loadMembership() {
 // (confs, committed since the last call, in order).
 func (n *Node) checkMembership(servers []raft.Server, confs []committedConf) {
 	self := func(s raft.Server) bool { return string(s.ID) == n.cfg.ID }
-	for _, c := range confs {
-		n.mem.left = !slices.ContainsFunc(c.servers, self)
+	if k := len(confs); k > 0 {
+		n.mem.left = !slices.ContainsFunc(confs[k-1].servers, self)
 	}
 	in := slices.ContainsFunc(servers, self)
 	switch {

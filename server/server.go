@@ -183,8 +183,6 @@ func (s *Server) Stop(why string) { s.calls <- call{stop: true, why: why} }
 // Reload reads the TLS files again, as SIGHUP does (reloader).
 func (s *Server) Reload() { s.hup.reload() }
 
-// listen binds the protocol's plaintext listeners (none with --tls-only).
-// A cluster node needs a TCP one among them (clientListener).
 // dropPrivileges takes on -u's user, once everything that needs root is
 // bound and read.
 func (s *Server) dropPrivileges() int {
@@ -212,6 +210,9 @@ func (s *Server) closeBound() {
 	}
 }
 
+// listen binds the protocol's plaintext listeners (none with --tls-only).
+// A cluster node needs a TCP one among them (clientListener). What it
+// bound before it fails, New closes (closeBound).
 func (s *Server) listen() int {
 	cfg := s.cfg
 	if !cfg.TLSOnly {
@@ -223,9 +224,6 @@ func (s *Server) listen() int {
 	}
 	if cfg.ClusterDir != "" {
 		if _, err := clientListener(s.lns); err != nil {
-			for _, ln := range s.lns {
-				ln.Close()
-			}
 			fmt.Fprintf(s.stderr, "beanpole: %v\n", err)
 			return config.ExitUsage
 		}
