@@ -101,9 +101,9 @@ func (f *FSM) Apply(l *raft.Log) any {
 			return nil
 		})
 	case entryLeader:
-		id, addr, _ := strings.Cut(string(l.Data[1:]), "\x00")
-		f.leaderID, f.leaderClient = id, addr
-		f.clients[id], _, _ = strings.Cut(addr, "\x00")
+		var id, plain string
+		id, f.leaderClient, plain = announcement(l.Data[1:])
+		f.leaderID, f.clients[id] = id, plain
 	case entryLeave:
 		f.leave = parseLeave(l.Data)
 	}
@@ -119,20 +119,35 @@ func validEntry(data []byte) error {
 	case entryRecords:
 		return eachRecord(data[1:], validRecord)
 	case entryLeader:
-		parts := strings.Split(string(data[1:]), "\x00")
-		if len(parts) < 2 || len(parts) > 3 || parts[0] == "" {
-			return fmt.Errorf("%w: a leader's announcement of %d parts", record.ErrBad, len(parts))
-		}
-		for _, a := range parts[1:] {
-			if _, _, err := net.SplitHostPort(a); a != "" && err != nil {
-				return fmt.Errorf("%w: a leader's client address %q", record.ErrBad, a)
-			}
-		}
-		return nil
+		return validAnnouncement(data[1:])
 	case entryLeave:
 		return validLeave(data)
 	}
 	return fmt.Errorf("%w: unknown entry type %d", record.ErrBad, data[0])
+}
+
+// validAnnouncement checks a leader's announcement (entryLeader's payload,
+// also kept in snapshots): an id and one or two client addresses, the
+// plaintext one and the TLS one, each empty or HOST:PORT.
+func validAnnouncement(b []byte) error {
+	parts := strings.Split(string(b), "\x00")
+	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" {
+		return fmt.Errorf("%w: a leader's announcement of %d parts", record.ErrBad, len(parts))
+	}
+	for _, a := range parts[1:] {
+		if _, _, err := net.SplitHostPort(a); a != "" && err != nil {
+			return fmt.Errorf("%w: a leader's client address %q", record.ErrBad, a)
+		}
+	}
+	return nil
+}
+
+// announcement splits a leader's announcement into its id, its client
+// addresses as announced, and the plaintext one alone.
+func announcement(b []byte) (id, addrs, plain string) {
+	id, addrs, _ = strings.Cut(string(b), "\x00")
+	plain, _, _ = strings.Cut(addrs, "\x00")
+	return id, addrs, plain
 }
 
 // validRecord checks a record as the engine could have written it. A
@@ -405,13 +420,12 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
-	id, addr, _ := strings.Cut(string(lb), "\x00")
+	id, addr, plain := announcement(lb)
 	if id != "" || addr != "" { // "\x00": no leader known when it was taken
-		if err := validEntry(append([]byte{entryLeader}, lb...)); err != nil {
+		if err := validAnnouncement(lb); err != nil {
 			return fmt.Errorf("cluster: snapshot leader: %w", err)
 		}
 	}
-	plain, _, _ := strings.Cut(addr, "\x00")
 	clients := map[string]string{}
 	if id != "" {
 		clients[id] = plain
@@ -471,11 +485,11 @@ func restoreClients(r io.Reader) (map[string]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := validEntry(append([]byte{entryLeader}, b...)); err != nil {
+		if err := validAnnouncement(b); err != nil {
 			return nil, fmt.Errorf("cluster: snapshot client address %d of %d: %w", i+1, n, err)
 		}
-		id, addr, _ := strings.Cut(string(b), "\x00")
-		clients[id], _, _ = strings.Cut(addr, "\x00") // as Apply keeps it: the plain address
+		id, _, plain := announcement(b)
+		clients[id] = plain // as Apply keeps it: the plain address
 	}
 	return clients, nil
 }
