@@ -212,8 +212,10 @@ func (f *Forwarder) short(c net.Conn, need int) bool {
 	if !short {
 		return false
 	}
-	c.Close()
+	// Counted before the close, so that a client that sees it closed
+	// finds it counted.
 	n := f.node.m.forwardRefused.Add(1)
+	c.Close()
 	now, last := time.Now().UnixNano(), f.warned.Load()
 	if now-last >= int64(shedLogEvery) && f.warned.CompareAndSwap(last, now) {
 		f.node.cfg.Log.Warn().Int("reserve", f.reserve).Uint64("refused", n).
