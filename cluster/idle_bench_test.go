@@ -2,11 +2,16 @@ package cluster
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
 
 	"github.com/beanpole/beanpole/record"
 )
@@ -116,6 +121,65 @@ func BenchmarkBusyGroups(b *testing.B) {
 			wall := time.Since(start).Seconds()
 			b.ReportMetric(float64(acked.Load()-startAcks)/wall, "records/s")
 			b.ReportMetric(float64(entries()-startIdx)/wall, "entries/s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// BenchmarkGroupLogSyncs measures whether the raft-wal logs of groups on
+// one disk sync in parallel: groups logs in one directory tree, a writer
+// per log appending one small entry per write, each write synced before
+// the next as raft's are. One iteration is one second; the figure is the
+// writes of all logs together:
+//
+//	go test -run '^$' -bench GroupLogSyncs -benchtime 3x ./cluster/
+//
+// Flat from 1 to 6 logs would mean each log's syncs wait for the others'
+// and groups need one log shared between them; rising means the disk
+// joins concurrent syncs and a log per group costs nothing in fsyncs.
+func BenchmarkGroupLogSyncs(b *testing.B) {
+	for _, groups := range []int{1, 3, 6} {
+		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
+			dir := b.TempDir()
+			var writes atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for g := range groups {
+				d := filepath.Join(dir, fmt.Sprint(g))
+				if err := os.Mkdir(d, 0o700); err != nil {
+					b.Fatal(err)
+				}
+				w, err := wal.Open(d)
+				if err != nil {
+					b.Fatal(err)
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer w.Close()
+					data := make([]byte, 128)
+					for i := uint64(1); ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if err := w.StoreLog(&raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: data}); err != nil {
+							b.Error(err)
+							return
+						}
+						writes.Add(1)
+					}
+				}()
+			}
+			defer func() { close(stop); wg.Wait() }()
+			start, from := time.Now(), writes.Load()
+			b.ResetTimer()
+			for range b.N {
+				time.Sleep(time.Second)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(writes.Load()-from)/time.Since(start).Seconds(), "syncs/s")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
