@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -12,48 +11,23 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// hostGroups opens, on each of n raft ports on loopback, one node of each
-// of groups groups (group ids 0 to groups-1): every group's raft shares
-// its node's port with the others. With ca, the links are mutual TLS.
+// hostGroups opens, on each of n raft ports on loopback, a host of
+// groups groups (group 0 and data groups 1 to groups-1): every group's raft
+// shares its node's port with the others. With ca, the links are mutual
+// TLS. It returns once the groups' leaders are spread (spread), so that
+// no transfer of a lead comes under a test's feet; gs[g] are the replicas
+// of group g.
 func hostGroups(t testing.TB, n, groups int, ca *testCA) (ports []*linkLayer, gs [][]*Node) {
-	var members []Member
-	for i := range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var cfg func() *tls.Config
-		if ca != nil {
-			c := NodeTLS(ca.node(t, fmt.Sprintf("n%d", i+1)), ca.pool)
-			cfg = func() *tls.Config { return c }
-		}
-		hosts := func() []string { return []string{"127.0.0.1"} }
-		ports = append(ports, newLinkLayer(ln, cfg, hosts, linkGreeting))
-		members = append(members, Member{ID: fmt.Sprintf("n%d", i+1), Raft: ln.Addr().String()})
-	}
-	t.Cleanup(func() {
-		for _, g := range gs {
-			for _, nd := range g {
-				nd.Close()
-			}
-		}
-		for _, p := range ports {
-			p.Close()
-		}
-	})
+	c := newHostCluster(t, n, groups, ca)
+	c.spread()
 	for g := range groups {
 		var nodes []*Node
-		for i, m := range members {
-			nd, err := Open(Config{ID: m.ID, Dir: t.TempDir(), Raft: m.Raft, Bootstrap: members,
-				Log: zerolog.Nop(), links: ports[i], group: uint16(g)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			nodes = append(nodes, nd)
+		for _, h := range c.hosts {
+			nodes = append(nodes, h.Groups[g])
 		}
 		gs = append(gs, nodes)
 	}
-	return ports, gs
+	return c.ports, gs
 }
 
 func TestGroupsSharingARaftPortKeepTheirEntriesApart(t *testing.T) {

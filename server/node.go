@@ -30,10 +30,11 @@ import (
 // keeps its majority.
 func (s *Server) runNode() int {
 	cfg, log := s.cfg, s.log
-	node, code := s.openNode()
-	if node == nil {
+	host, code := s.openNode()
+	if host == nil {
 		return code
 	}
+	node := host.Groups[0]
 	s.hup.node.Store(node)
 	// From here on the node takes Drain and Stop: following takes a stop
 	// and remembers a drain (the node's clients are served elsewhere; it
@@ -48,12 +49,12 @@ func (s *Server) runNode() int {
 			if jl != nil {
 				node.StepDown(jl)
 			}
-			node.Close()
+			host.Close()
 			fmt.Fprintf(s.stderr, "beanpole: %v\n", err)
 			return config.ExitRemoved
 		}
 		if err != nil {
-			node.Close()
+			host.Close()
 			fmt.Fprintf(s.stderr, "beanpole: %v\n", err)
 			return 1
 		}
@@ -61,11 +62,11 @@ func (s *Server) runNode() int {
 			if jl != nil {
 				node.StepDown(jl)
 			}
-			return leaveCluster(node, log)
+			return leaveCluster(host, log)
 		}
 		if cfg.ClusterImport != "" && !seeded {
 			if code := seed(node, cfg.ClusterImport, log, s.stderr); code != 0 {
-				node.Close()
+				host.Close()
 				return code
 			}
 			seeded = true
@@ -85,7 +86,7 @@ func (s *Server) runNode() int {
 		eng, code := s.newEngine()
 		if code != 0 {
 			node.StepDown(jl)
-			node.Close()
+			host.Close()
 			return code
 		}
 		jobs, maxID := node.FSM.State()
@@ -94,7 +95,7 @@ func (s *Server) runNode() int {
 		eng.SetJournal(jl)
 		log.Info().Str("node", cfg.NodeID).Int("jobs", len(jobs)).Uint64("max-id", maxID).Msg("cluster: leading")
 		warnFewIDs(log, maxID)
-		code, lost := s.serve(eng, nil, node)
+		code, lost := s.serve(eng, nil, host)
 		node.StepDown(jl)
 		if !lost {
 			return code
@@ -102,10 +103,10 @@ func (s *Server) runNode() int {
 	}
 }
 
-// openNode opens this node of the group and, on its first start with
-// --join, asks a member to add it. With the links' TLS files, the links
-// between nodes use mutual TLS with the files loaded last.
-func (s *Server) openNode() (*cluster.Node, int) {
+// openNode opens this node's host of the group and, on its first start
+// with --join, asks a member to add it. With the links' TLS files, the
+// links between nodes use mutual TLS with the files loaded last.
+func (s *Server) openNode() (*cluster.Host, int) {
 	cfg := s.cfg
 	var members []cluster.Member
 	if cfg.Bootstrap != "" {
@@ -122,20 +123,20 @@ func (s *Server) openNode() (*cluster.Node, int) {
 			return cluster.NodeTLS(c.Certificates[0], c.ClientCAs)
 		}
 	}
-	node, err := cluster.Open(cluster.Config{ID: cfg.NodeID, Dir: cfg.ClusterDir, Raft: cfg.RaftAddr,
-		Bootstrap: members, TLS: nodeTLS, Log: s.log})
+	host, err := cluster.OpenHost(cluster.Config{ID: cfg.NodeID, Dir: cfg.ClusterDir, Raft: cfg.RaftAddr,
+		Bootstrap: members, TLS: nodeTLS, Log: s.log}, 0)
 	if err != nil {
 		fmt.Fprintf(s.stderr, "beanpole: %v\n", err)
 		return nil, 1
 	}
-	s.adm.SetCluster(node)
-	if cfg.Join != "" && node.Fresh {
+	s.adm.SetCluster(host.Groups[0])
+	if cfg.Join != "" && host.Groups[0].Fresh {
 		if code := join(cfg, nodeTLS, s.stderr); code != 0 {
-			node.Close()
+			host.Close()
 			return nil, code
 		}
 	}
-	return node, 0
+	return host, 0
 }
 
 // errRemoved: this node was removed from the group.
@@ -280,23 +281,14 @@ func clientAddr(ln net.Listener, raftAddr string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// leaveCluster hands the lead to another node if this one leads (so the
-// group does not wait for an election timeout), then stops raft. It
-// returns the process's exit status: 1 if raft's stores did not close.
-func leaveCluster(node *cluster.Node, log zerolog.Logger) int {
-	if node == nil {
-		return 0
+// leaveCluster hands the leads this node holds to other nodes (so that no
+// group waits for an election timeout), then stops raft. It returns the
+// process's exit status: 1 if raft's stores did not close.
+func leaveCluster(host *cluster.Host, log zerolog.Logger) int {
+	if err := host.HandOver(5 * time.Second); err != nil {
+		log.Debug().Err(err).Msg("cluster: no leadership transfer")
 	}
-	done := make(chan error, 1)
-	go func() { done <- node.TransferLeader("") }()
-	select {
-	case err := <-done:
-		if err != nil {
-			log.Debug().Err(err).Msg("cluster: no leadership transfer")
-		}
-	case <-time.After(5 * time.Second):
-	}
-	if err := node.Close(); err != nil {
+	if err := host.Close(); err != nil {
 		log.Error().Err(err).Msg("cluster: closing")
 		return 1
 	}

@@ -62,12 +62,14 @@ func (s *Server) runSingle() int {
 // a failed listener, or, on a cluster node, the loss of the lead (lost):
 // then the clients' connections are closed, as a beanstalkd death closes
 // them, and the listeners are left open for the node to forward again.
-func (s *Server) serve(eng *engine.Engine, blog *persist.Log, node *cluster.Node) (code int, lost bool) {
+func (s *Server) serve(eng *engine.Engine, blog *persist.Log, host *cluster.Host) (code int, lost bool) {
 	if s.draining.Load() {
 		eng.SetDraining() // a drain asked for before this term still holds
 	}
 	var deposed <-chan struct{}
-	if node != nil {
+	var node *cluster.Node
+	if host != nil {
+		node = host.Groups[0]
 		deposed = node.LostLeadership()
 	}
 	srv, code := s.startLoops(eng, blog, node)
@@ -104,7 +106,7 @@ func (s *Server) serve(eng *engine.Engine, blog *persist.Log, node *cluster.Node
 				s.log.Info().Msg("drain mode (SIGUSR1): puts are refused from now on")
 				continue
 			}
-			return s.stop(c, srv, blog, node), false
+			return s.stop(c, srv, blog, host), false
 		case <-deposed:
 			s.log.Warn().Msg("cluster: this node lost the lead; its clients' connections are closed and it follows again")
 			adm.SetState(admin.Following)
@@ -165,7 +167,7 @@ func (s *Server) startLoops(eng *engine.Engine, blog *persist.Log, node *cluster
 
 // stop is the graceful stop c asked for (a beanpole improvement over
 // upstream's immediate death): stop accepting, flush, exit 0.
-func (s *Server) stop(c call, srv *loop.Server, blog *persist.Log, node *cluster.Node) int {
+func (s *Server) stop(c call, srv *loop.Server, blog *persist.Log, host *cluster.Host) int {
 	cfg, log := s.cfg, s.log
 	s.adm.SetState(admin.Stopping)
 	_ = config.SdNotify("STOPPING=1")
@@ -181,7 +183,10 @@ func (s *Server) stop(c call, srv *loop.Server, blog *persist.Log, node *cluster
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	srv.Stop(ctx)
 	cancel()
-	code := leaveCluster(node, log)
+	code := 0
+	if host != nil {
+		code = leaveCluster(host, log)
+	}
 	if blog != nil {
 		// Write and fsync what is queued before exiting.
 		if err := blog.Close(); err != nil {

@@ -1,0 +1,187 @@
+package cluster
+
+import (
+	"crypto/tls"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
+)
+
+// hostCluster is n hosts of the same groups on loopback, each on its own
+// raft port; a host can be stopped and started again on its port and
+// directory.
+type hostCluster struct {
+	t       testing.TB
+	members []Member
+	dirs    []string
+	tls     []func() *tls.Config
+	groups  int
+	ports   []*linkLayer
+	hosts   []*Host // nil while stopped
+}
+
+func newHostCluster(t testing.TB, n, groups int, ca *testCA) *hostCluster {
+	c := &hostCluster{t: t, groups: groups, ports: make([]*linkLayer, n), hosts: make([]*Host, n)}
+	for i := range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg func() *tls.Config
+		if ca != nil {
+			nc := NodeTLS(ca.node(t, fmt.Sprintf("n%d", i+1)), ca.pool)
+			cfg = func() *tls.Config { return nc }
+		}
+		c.tls = append(c.tls, cfg)
+		c.ports[i] = newLinkLayer(ln, cfg, func() []string { return []string{"127.0.0.1"} }, linkGreeting)
+		c.members = append(c.members, Member{ID: fmt.Sprintf("n%d", i+1), Raft: ln.Addr().String()})
+		c.dirs = append(c.dirs, t.TempDir())
+	}
+	t.Cleanup(func() {
+		for i := range c.hosts {
+			c.stop(i)
+		}
+	})
+	for i := range n {
+		c.open(i)
+	}
+	return c
+}
+
+// open opens host i on its port, listening on it again if it was stopped.
+func (c *hostCluster) open(i int) {
+	c.t.Helper()
+	if c.ports[i] == nil {
+		ln, err := net.Listen("tcp", c.members[i].Raft)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.ports[i] = newLinkLayer(ln, c.tls[i], func() []string { return []string{"127.0.0.1"} }, linkGreeting)
+	}
+	h, err := OpenHost(Config{ID: c.members[i].ID, Dir: c.dirs[i], Raft: c.members[i].Raft, Bootstrap: c.members,
+		Log: zerolog.Nop(), links: c.ports[i]}, c.groups-1)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.hosts[i] = h
+}
+
+// stop stops host i and closes its port, as its process's death does.
+func (c *hostCluster) stop(i int) {
+	if c.hosts[i] != nil {
+		c.hosts[i].Close()
+		c.hosts[i] = nil
+	}
+	if c.ports[i] != nil {
+		c.ports[i].Close()
+		c.ports[i] = nil
+	}
+}
+
+// leads counts, for every running host, the groups it leads; ok is false
+// while a group has no leader among the running hosts or two claim one.
+func (c *hostCluster) leads() (counts map[string]int, ok bool) {
+	counts = map[string]int{}
+	for i, h := range c.hosts {
+		if h != nil {
+			counts[c.members[i].ID] = 0
+		}
+	}
+	for g := range c.groups {
+		leaders := 0
+		for i, h := range c.hosts {
+			if h != nil && h.Groups[g].Raft.State() == raft.Leader {
+				counts[c.members[i].ID]++
+				leaders++
+			}
+		}
+		if leaders != 1 {
+			return counts, false
+		}
+	}
+	return counts, true
+}
+
+// spread waits until every group has one leader and the running hosts
+// lead as evenly as they can (no two differ by more than one), and stay so
+// for a few looks of the spreading rule.
+func (c *hostCluster) spread() map[string]int {
+	c.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var since time.Time
+	for {
+		counts, ok := c.leads()
+		lo, hi := c.groups, 0
+		for _, n := range counts {
+			lo, hi = min(lo, n), max(hi, n)
+		}
+		switch {
+		case !ok || hi-lo > 1:
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) >= 3*spreadEvery(500*time.Millisecond):
+			return counts
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the leads were not spread within 60 s: %v (every group led once: %v)", counts, ok)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestHostSpreadsTheLeadsOverItsMembers(t *testing.T) {
+	// 3 nodes, 6 groups: two leads each, whoever won the elections.
+	c := newHostCluster(t, 3, 6, nil)
+	for id, n := range c.spread() {
+		if n != 2 {
+			t.Fatalf("%s leads %d groups, want 2", id, n)
+		}
+	}
+	// A node that dies leaves its groups to the others' elections; once
+	// it is back and caught up, it is given its share again.
+	c.stop(0)
+	for id, n := range c.spread() {
+		if n != 3 {
+			t.Fatalf("with n1 down, %s leads %d groups, want 3", id, n)
+		}
+	}
+	c.open(0)
+	for id, n := range c.spread() {
+		if n != 2 {
+			t.Fatalf("with n1 back, %s leads %d groups, want 2", id, n)
+		}
+	}
+}
+
+// The leads end spread whatever order nodes die and come back in, and
+// whatever the groups' elections did meanwhile.
+func TestHostLeadsEndSpreadAfterRandomRestarts(t *testing.T) {
+	const nodes, groups, rounds = 3, 7, 4
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, seed))
+	c := newHostCluster(t, nodes, groups, nil)
+	c.spread()
+	for range rounds {
+		i := r.IntN(nodes)
+		c.stop(i)
+		if r.IntN(2) == 0 {
+			c.spread() // the others settle before it is back
+		}
+		c.open(i)
+		counts := c.spread()
+		total := 0
+		for _, n := range counts {
+			total += n
+		}
+		if len(counts) != nodes || total != groups {
+			t.Fatalf("after restarting n%d: leads %v; want every group led once by %d nodes", i+1, counts, nodes)
+		}
+	}
+}
