@@ -21,6 +21,8 @@ import (
 type Engine struct {
 	base        time.Time
 	nextID      atomic.Uint64
+	idRem       uint64 // ids handed out are idRem modulo idMod (SetIDSpace), when idMod > 1
+	idMod       uint64
 	jobs        *jobTable
 	reg         registry
 	defaultTube *Tube
@@ -69,17 +71,34 @@ var ErrNoIDs = errors.New("every job id has been handed out: no job can be made"
 
 // NextID hands out a job id. Ids are global and never reused: once the
 // largest (2^64-1) is out, it returns 0, which is no id (Put refuses it
-// with ErrNoIDs).
+// with ErrNoIDs). With an id space (SetIDSpace), the ids are the next of
+// that space.
 func (e *Engine) NextID() uint64 {
 	for {
 		id := e.nextID.Load()
-		if id == math.MaxUint64 {
+		next := id + 1
+		if e.idMod > 1 {
+			next += (e.idRem + e.idMod - next%e.idMod) % e.idMod
+		}
+		if next <= id { // past the largest id
 			return 0
 		}
-		if e.nextID.CompareAndSwap(id, id+1) {
-			return id + 1
+		if e.nextID.CompareAndSwap(id, next) {
+			return next
 		}
 	}
+}
+
+// SetIDSpace makes the engine hand out only ids that are rem modulo mod
+// (rem < mod), still increasing: the engine of data group g of a cluster's
+// mod groups gives out ids that name its group, so that no two groups'
+// ids meet and a command naming an id reaches the group that holds it
+// with no lookup. Set before the first put.
+func (e *Engine) SetIDSpace(rem, mod uint64) {
+	if mod == 0 || rem >= mod {
+		panic("engine: an id space needs rem < mod")
+	}
+	e.idRem, e.idMod = rem, mod
 }
 
 // SetDraining enters drain mode (SIGUSR1); there is no way back, as upstream.

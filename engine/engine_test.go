@@ -565,3 +565,37 @@ func TestIDsNeverWrap(t *testing.T) {
 		t.Fatalf("delete once the ids ran out: %v, %v", ok, err)
 	}
 }
+
+// An engine with an id space hands out only the ids of its space, in
+// order, never one at or below what it restored, and none once the space
+// has no id left below 2^64.
+func TestIDSpaceHandsOutOnlyItsOwnIDs(t *testing.T) {
+	e := New(1)
+	e.SetIDSpace(2, 3)
+	e.Restore(nil, 10)
+	for _, want := range []uint64{11, 14, 17} {
+		if id := e.NextID(); id != want {
+			t.Fatalf("NextID %d, want %d", id, want)
+		}
+	}
+	e = New(1)
+	e.SetIDSpace(0, 4)
+	if id := e.NextID(); id != 4 {
+		t.Fatalf("the first id of space 0 mod 4: %d, want 4 (0 is no id)", id)
+	}
+	e = New(1)
+	e.SetIDSpace(1, 3)
+	e.Restore(nil, math.MaxUint64-6)
+	var got []uint64
+	for id := e.NextID(); id != 0; id = e.NextID() {
+		got = append(got, id)
+	}
+	// 2^64-1 is 0 modulo 3: the ids above 2^64-7 that are 1 modulo 3
+	// are 2^64-6 and 2^64-3.
+	if len(got) != 2 || got[0] != math.MaxUint64-5 || got[1] != math.MaxUint64-2 {
+		t.Fatalf("ids near the largest: %v, want [%d %d]", got, uint64(math.MaxUint64-5), uint64(math.MaxUint64-2))
+	}
+	if id := e.NextID(); id != 0 {
+		t.Fatalf("NextID past the space's last id: %d, want 0", id)
+	}
+}
