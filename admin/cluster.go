@@ -41,6 +41,36 @@ func (s *Server) SetCluster(c Cluster) {
 	}
 }
 
+// SetGroups makes /cluster/groups answer with groups() (the node's view of
+// every raft group it hosts), for whoever has the token.
+func (s *Server) SetGroups(groups func() any) {
+	if s == nil {
+		return
+	}
+	s.groups.Store(&groups)
+}
+
+// clusterGroups answers GET /cluster/groups.
+func (d *dashboard) clusterGroups(w http.ResponseWriter, r *http.Request) {
+	p := d.s.groups.Load()
+	if p == nil {
+		http.Error(w, "not a cluster node (start beanpole with --cluster-dir)", http.StatusNotFound)
+		return
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || d.token == nil {
+		http.Error(w, "the groups are shown to whoever has the token (Authorization: Bearer, --http-token-file)", http.StatusUnauthorized)
+		return
+	}
+	if !d.authorized(w, r, tok, "") {
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode((*p)())
+}
+
 func (d *dashboard) node(w http.ResponseWriter) Cluster {
 	p := d.s.cluster.Load()
 	if p == nil {

@@ -128,6 +128,7 @@ func (d *dashboard) routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /tube/{action}", d.ready(d.action(d.tubeAction)))
 	mux.HandleFunc("POST /jobs/{id}/{action}", d.ready(d.action(d.jobAction)))
 	mux.HandleFunc("GET /cluster", d.clusterStatus)
+	mux.HandleFunc("GET /cluster/groups", d.clusterGroups)
 	mux.HandleFunc("POST /cluster/{action}", d.clusterAction)
 }
 

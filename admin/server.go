@@ -88,6 +88,8 @@ type Server struct {
 	log   zerolog.Logger
 	// cluster, when set, is the cluster node this process is (SetCluster).
 	cluster atomic.Pointer[Cluster]
+	// groups, when set, is the node's view of its raft groups (SetGroups).
+	groups atomic.Pointer[func() any]
 	reg     *prometheus.Registry
 	coll    *collector
 	// hist is the overview's last hour (history.go), sampled from

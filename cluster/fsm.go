@@ -517,3 +517,10 @@ func restorePauses(r io.Reader, st *state) error {
 	}
 	return nil
 }
+
+// jobCount is how many live jobs the state holds.
+func (f *FSM) jobCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.live.Jobs)
+}

@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -41,6 +44,9 @@ func OpenHost(cfg Config, data int) (*Host, error) {
 	if data > 0 && cfg.Transport != nil {
 		return nil, fmt.Errorf("cluster: data groups share the raft port, which a node on its own transport does not have")
 	}
+	if err := checkGroups(cfg.Dir, data); err != nil {
+		return nil, err
+	}
 	zero, err := Open(cfg)
 	if err != nil {
 		return nil, err
@@ -60,6 +66,35 @@ func OpenHost(cfg Config, data int) (*Host, error) {
 	}
 	go h.spread(spreadEvery(zero.cfg.HeartbeatTimeout))
 	return h, nil
+}
+
+// groupsFile, in a node's directory, holds the number of data groups the
+// node hosts: fixed when the directory is made, since the tubes' places
+// and the jobs' ids depend on it.
+const groupsFile = "data-groups"
+
+// checkGroups holds a node to the data groups its directory was made with.
+func checkGroups(dir string, data int) error {
+	p := filepath.Join(dir, groupsFile)
+	b, err := os.ReadFile(p)
+	switch {
+	case err == nil:
+		if had, _ := strconv.Atoi(strings.TrimSpace(string(b))); had != data {
+			return fmt.Errorf("cluster: %s was made with --groups %d, not %d: the number of groups is fixed when a node's directory is made", dir, had, data)
+		}
+		return nil
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("cluster: %w", err)
+	case data == 0:
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "wal")); err == nil {
+		return fmt.Errorf("cluster: %s holds a group without data groups: --groups is given on a node's first start", dir)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	return os.WriteFile(p, []byte(strconv.Itoa(data)+"\n"), 0o600)
 }
 
 // maxGroup is the highest group id a link's preamble can name.
@@ -190,4 +225,30 @@ func (h *Host) quiet() {
 		close(h.stop)
 	}
 	<-h.done
+}
+
+// GroupStatus is this node's view of one of its groups (GET
+// /cluster/groups).
+type GroupStatus struct {
+	Group   int    `json:"group"`
+	Leader  string `json:"leader"` // the leader's id, "" while there is none
+	State   string `json:"state"`  // this node's: leader, follower, candidate
+	Term    uint64 `json:"term"`
+	Members int    `json:"members"`
+	Jobs    int    `json:"jobs"` // in the group's replicated state on this node
+}
+
+// Status is this node's view of every group it hosts, group 0 first.
+func (h *Host) Status() any {
+	out := make([]GroupStatus, 0, len(h.Groups))
+	for g, nd := range h.Groups {
+		_, leader := nd.Raft.LeaderWithID()
+		st := GroupStatus{Group: g, Leader: string(leader), State: stateName(nd.Raft.State()), Term: nd.Raft.CurrentTerm(),
+			Jobs: nd.FSM.jobCount()}
+		if f := nd.Raft.GetConfiguration(); f.Error() == nil {
+			st.Members = len(f.Configuration().Servers)
+		}
+		out = append(out, st)
+	}
+	return out
 }

@@ -392,15 +392,32 @@ func (n *Node) Announce(client, tlsClient string) error {
 // leads now, or "" while there is none, it has not announced itself yet,
 // it is this node, or it has no such listener.
 func (n *Node) LeaderClient(tls bool) string {
-	_, leader := n.Raft.LeaderWithID()
-	id, client, tlsClient := n.FSM.Leader()
-	if leader == "" || string(leader) != id || id == n.cfg.ID {
+	id, client, tlsClient := n.announced()
+	if id == n.cfg.ID {
 		return ""
 	}
 	if tls {
 		return tlsClient
 	}
 	return client
+}
+
+// ServingAddr is where the group's leader, this node or another, serves
+// its clients as it announced: "" until the leader raft knows of has.
+func (n *Node) ServingAddr() string {
+	_, client, _ := n.announced()
+	return client
+}
+
+// announced is the leader's announcement (Announce), if the leader raft
+// knows of made it; "" ids otherwise.
+func (n *Node) announced() (id, client, tlsClient string) {
+	_, leader := n.Raft.LeaderWithID()
+	id, client, tlsClient = n.FSM.Leader()
+	if leader == "" || string(leader) != id {
+		return "", "", ""
+	}
+	return id, client, tlsClient
 }
 
 // LostLeadership is closed once this node no longer leads in the term

@@ -42,6 +42,10 @@ const (
 // name keeps the messages stable whatever path the binary was started by.
 const progName = "beanpole"
 
+// MaxGroups bounds --groups: each group a node hosts costs it a raft
+// instance and a log.
+const MaxGroups = 256
+
 // Config is the parsed command line.
 type Config struct {
 	ListenAddr string        // -l ("" = default: 0.0.0.0, IPv4 only like upstream's getaddrinfo(NULL))
@@ -93,6 +97,9 @@ type Config struct {
 	// replaces -b), --node-id, --raft (the raft transport's HOST:PORT) and
 	// --bootstrap (the initial members, ID=HOST:PORT,...).
 	ClusterDir, NodeID, RaftAddr, Bootstrap string
+	// Groups is --groups: the data groups the cluster's tubes are spread
+	// over (0: the tubes live in the one group every cluster has).
+	Groups int
 	// Join is --join: a member's --http address that adds this node to a
 	// running group on its first start, as HOST:PORT or with the scheme
 	// to speak, http://HOST:PORT or https://HOST:PORT (see JoinURL).
@@ -286,9 +293,9 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 		case cfg.NodeID == "" || cfg.RaftAddr == "":
 			return fail("--cluster-dir needs --node-id and --raft")
 		}
-	} else if cfg.NodeID != "" || cfg.RaftAddr != "" || cfg.Bootstrap != "" || cfg.Join != "" || cfg.ClusterImport != "" ||
+	} else if cfg.NodeID != "" || cfg.RaftAddr != "" || cfg.Bootstrap != "" || cfg.Join != "" || cfg.ClusterImport != "" || cfg.Groups != 0 ||
 		cfg.ClusterCert != "" || cfg.ClusterKey != "" || cfg.ClusterCA != "" || cfg.RaftInsecure {
-		return fail("--node-id, --raft, --bootstrap, --join, --cluster-import, --cluster-cert, --cluster-key, --cluster-ca and --raft-insecure-plaintext go with --cluster-dir")
+		return fail("--node-id, --raft, --bootstrap, --groups, --join, --cluster-import, --cluster-cert, --cluster-key, --cluster-ca and --raft-insecure-plaintext go with --cluster-dir")
 	}
 	if msg := cfg.linkSecurity(); msg != "" {
 		return fail("%s", msg)
@@ -379,6 +386,14 @@ var longOpts = []longOpt{
 		return nil
 	}},
 	{name: "--bootstrap", set: nonEmpty(func(cfg *Config, v string) { cfg.Bootstrap = v })},
+	{name: "--groups", set: func(cfg *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > MaxGroups {
+			return fmt.Errorf("want a number of data groups from 0 to %d", MaxGroups)
+		}
+		cfg.Groups = n
+		return nil
+	}},
 	{name: "--cluster-import", set: nonEmpty(func(cfg *Config, v string) { cfg.ClusterImport = v })},
 	{name: "--cluster-cert", set: nonEmpty(func(cfg *Config, v string) { cfg.ClusterCert = v })},
 	{name: "--cluster-key", set: nonEmpty(func(cfg *Config, v string) { cfg.ClusterKey = v })},

@@ -88,6 +88,10 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
  --bootstrap ID=HOST:PORT,...
             the initial members, given alike to each on its first start
             (ignored once DIR holds state)
+ --groups N
+            spread the tubes over N raft groups, each led by a node of
+            its own; give every node the same N on its first start (0,
+            the default: one group holds every tube)
  --join HOST:PORT
             on its first start, ask the member whose --http is HOST:PORT
             to add this node (with the --http-token-file token), over
@@ -340,7 +344,7 @@ func TestParse(t *testing.T) {
 		{name: "the links' files go together", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--cluster-ca=nca"},
 			stderr: usageErr("--cluster-cert, --cluster-key and --cluster-ca go together"), code: 5, done: true},
 		{name: "the links' files go with a cluster", args: []string{"--cluster-ca=nca"},
-			stderr: usageErr("--node-id, --raft, --bootstrap, --join, --cluster-import, --cluster-cert, --cluster-key, --cluster-ca and --raft-insecure-plaintext go with --cluster-dir"), code: 5, done: true},
+			stderr: usageErr("--node-id, --raft, --bootstrap, --groups, --join, --cluster-import, --cluster-cert, --cluster-key, --cluster-ca and --raft-insecure-plaintext go with --cluster-dir"), code: 5, done: true},
 		{name: "pprof takes no value", args: []string{"--http-pprof=1"},
 			stderr: usageErr("flag takes no argument: --http-pprof"), code: 5, done: true},
 		{name: "http max conns", args: []string{"--http-max-conns=5"},

@@ -86,6 +86,10 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
  --bootstrap ID=HOST:PORT,...
             the initial members, given alike to each on its first start
             (ignored once DIR holds state)
+ --groups N
+            spread the tubes over N raft groups, each led by a node of
+            its own; give every node the same N on its first start (0,
+            the default: one group holds every tube)
  --join HOST:PORT
             on its first start, ask the member whose --http is HOST:PORT
             to add this node (with the --http-token-file token), over

@@ -35,6 +35,10 @@ func (s *Server) runNode() int {
 		return code
 	}
 	node := host.Groups[0]
+	if cfg.Groups > 0 {
+		s.hup.node.Store(node)
+		return s.runGroups(host)
+	}
 	s.hup.node.Store(node)
 	// From here on the node takes Drain and Stop: following takes a stop
 	// and remembers a drain (the node's clients are served elsewhere; it
@@ -124,12 +128,13 @@ func (s *Server) openNode() (*cluster.Host, int) {
 		}
 	}
 	host, err := cluster.OpenHost(cluster.Config{ID: cfg.NodeID, Dir: cfg.ClusterDir, Raft: cfg.RaftAddr,
-		Bootstrap: members, TLS: nodeTLS, Log: s.log}, 0)
+		Bootstrap: members, TLS: nodeTLS, Log: s.log}, cfg.Groups)
 	if err != nil {
 		fmt.Fprintf(s.stderr, "beanpole: %v\n", err)
 		return nil, 1
 	}
 	s.adm.SetCluster(host.Groups[0])
+	s.adm.SetGroups(host.Status)
 	if cfg.Join != "" && host.Groups[0].Fresh {
 		if code := join(cfg, nodeTLS, s.stderr); code != 0 {
 			host.Close()

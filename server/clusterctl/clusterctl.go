@@ -34,6 +34,10 @@ usually the nodes' --tls-client-ca; without it the system's CAs are used.
                                  commit and applied index, members (JSON;
                                  without the token, only its state and
                                  whether it knows a leader)
+  groups                         the node's view of every raft group it
+                                 hosts (group 0, and with --groups the
+                                 data groups): leader, its own state, term,
+                                 members, jobs (JSON; needs the token)
   add --id ID --raft HOST:PORT   add a node to the group as a non-voter,
                                  promoted to voter once it has caught up
                                  (fails, naming the error, when the node
@@ -104,6 +108,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "status":
 		return Request(client, http.MethodGet, base, "/cluster", string(token), nil, stdout, stderr)
+	case "groups":
+		return Request(client, http.MethodGet, base, "/cluster/groups", string(token), nil, stdout, stderr)
 	case "add":
 		if opts["--id"] == "" || opts["--raft"] == "" {
 			return usage("add needs --id and --raft")

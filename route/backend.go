@@ -1,0 +1,232 @@
+package route
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// backend is a session's connection to the leader of one group. It holds,
+// at that leader, the session's reservations in the group, and a used tube
+// and watch list of its own, which the router sets before each command
+// that reads them (ensureUse, ensureWatch).
+type backend struct {
+	g     int
+	c     net.Conn
+	rd    *bufio.Reader
+	wr    *bufio.Writer
+	use   string
+	watch []string
+	reply []byte
+}
+
+// The internal commands: cancelWait ends a reserve that waits (answered
+// TIMED_OUT, the line itself unanswered), or, once the reserve was
+// answered, is answered NOT_WAITING; unreserve puts a job the backend
+// reserved back, ready, with no release counted. syncLine follows a
+// cancel, so that its answer, USING, marks where the cancel's answers end.
+var (
+	cancelWait = []byte("beanpole-cancel-wait\r\n")
+	syncLine   = []byte("list-tube-used\r\n")
+)
+
+var errNoLeader = errors.New("route: the group has no leader")
+
+// backend is the session's backend of group g, opened once the group has
+// a leader (within LeaderWait).
+func (s *session) backend(g int) (*backend, error) {
+	if b := s.b[g]; b != nil {
+		return b, nil
+	}
+	deadline := time.Now().Add(s.r.cfg.LeaderWait)
+	for {
+		if addr := s.r.cfg.Leader(g); addr != "" {
+			if c, err := s.r.cfg.Dial(addr); err == nil {
+				b := &backend{g: g, c: c, rd: bufio.NewReader(c), wr: bufio.NewWriter(c),
+					use: "default", watch: []string{"default"}}
+				s.b[g] = b
+				return b, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: group %d", errNoLeader, g)
+		}
+		// An election is on, or its winner has not said where it
+		// serves yet.
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// send writes parts, then flushes them.
+func (b *backend) send(parts ...[]byte) error {
+	for _, p := range parts {
+		if _, err := b.wr.Write(p); err != nil {
+			return err
+		}
+	}
+	return b.wr.Flush()
+}
+
+// readReply reads one reply, its body included; it is valid until the
+// next read.
+func (b *backend) readReply() ([]byte, error) {
+	line, err := b.rd.ReadSlice('\n')
+	if err != nil {
+		return nil, err
+	}
+	b.reply = append(b.reply[:0], line...)
+	if n, ok := bodyLen(line); ok {
+		start := len(b.reply)
+		b.reply = slices.Grow(b.reply, n+2)[:start+n+2]
+		if _, err := io.ReadFull(b.rd, b.reply[start:]); err != nil {
+			return nil, err
+		}
+	}
+	return b.reply, nil
+}
+
+// roundTrip sends a command and reads its reply.
+func (b *backend) roundTrip(parts ...[]byte) ([]byte, error) {
+	if err := b.send(parts...); err != nil {
+		return nil, err
+	}
+	return b.readReply()
+}
+
+// expect sends a command whose reply must begin with want.
+func (b *backend) expect(want string, parts ...[]byte) error {
+	rep, err := b.roundTrip(parts...)
+	if err != nil {
+		return err
+	}
+	if !bytes.HasPrefix(rep, []byte(want)) {
+		return fmt.Errorf("route: group %d answered %q, want %s", b.g, bytes.TrimSpace(rep), want)
+	}
+	return nil
+}
+
+// ensureUse has the backend use tube.
+func (b *backend) ensureUse(tube string) error {
+	if b.use == tube {
+		return nil
+	}
+	if err := b.expect("USING ", []byte("use "+tube+"\r\n")); err != nil {
+		return err
+	}
+	b.use = tube
+	return nil
+}
+
+// addWatch has the backend watch tube too.
+func (b *backend) addWatch(tube string) error {
+	if slices.Contains(b.watch, tube) {
+		return nil
+	}
+	if err := b.expect("WATCHING ", []byte("watch "+tube+"\r\n")); err != nil {
+		return err
+	}
+	b.watch = append(b.watch, tube)
+	return nil
+}
+
+// ensureWatch has the backend watch exactly tubes (not empty): the new
+// ones first, so that its list is never left empty.
+func (b *backend) ensureWatch(tubes []string) error {
+	for _, t := range tubes {
+		if err := b.addWatch(t); err != nil {
+			return err
+		}
+	}
+	for _, t := range slices.Clone(b.watch) {
+		if slices.Contains(tubes, t) {
+			continue
+		}
+		if err := b.expect("WATCHING ", []byte("ignore "+t+"\r\n")); err != nil {
+			return err
+		}
+		b.watch = slices.DeleteFunc(b.watch, func(w string) bool { return w == t })
+	}
+	return nil
+}
+
+// endWait settles a reserve that was sent and whose reply got (it is read
+// elsewhere, then delivered on got) is no longer wanted: the cancel ends
+// it if it still waits. It returns the reserve's reply: TIMED_OUT if the
+// cancel ended it, else what it answered before the cancel came.
+func (b *backend) endWait(got <-chan waited) ([]byte, error) {
+	if err := b.send(cancelWait, syncLine); err != nil {
+		return nil, err
+	}
+	w := <-got
+	if w.err != nil {
+		return nil, w.err
+	}
+	rep, err := b.readReply()
+	if err != nil {
+		return nil, err
+	}
+	if bytes.HasPrefix(rep, []byte("NOT_WAITING")) {
+		if rep, err = b.readReply(); err != nil {
+			return nil, err
+		}
+	}
+	if !bytes.HasPrefix(rep, []byte("USING ")) {
+		return nil, fmt.Errorf("route: group %d answered %q to a cancelled wait", b.g, bytes.TrimSpace(rep))
+	}
+	return w.reply, nil
+}
+
+// waited is the reply of a reserve that may wait, read on its own
+// goroutine.
+type waited struct {
+	reply []byte // a copy
+	err   error
+}
+
+// await reads the reply of the command just sent on its own goroutine.
+func (b *backend) await() <-chan waited {
+	got := make(chan waited, 1)
+	go func() {
+		rep, err := b.readReply()
+		got <- waited{reply: bytes.Clone(rep), err: err}
+	}()
+	return got
+}
+
+// bodyLen is the length of the body that follows a reply line, if one
+// does: RESERVED <id> <bytes>, FOUND <id> <bytes>, OK <bytes>.
+func bodyLen(line []byte) (int, bool) {
+	line = bytes.TrimSuffix(line, []byte("\r\n"))
+	var rest []byte
+	switch {
+	case bytes.HasPrefix(line, []byte("RESERVED ")):
+		rest = line[len("RESERVED "):]
+	case bytes.HasPrefix(line, []byte("FOUND ")):
+		rest = line[len("FOUND "):]
+	case bytes.HasPrefix(line, []byte("OK ")):
+		n, err := strconv.Atoi(string(line[len("OK "):]))
+		return n, err == nil && n >= 0
+	default:
+		return 0, false
+	}
+	_, size, ok := bytes.Cut(rest, []byte(" "))
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(string(size))
+	return n, err == nil && n >= 0
+}
+
+// replyID is the job id of a RESERVED or FOUND reply.
+func replyID(rep []byte) uint64 {
+	_, rest, _ := bytes.Cut(rep, []byte(" "))
+	id, _, _ := bytes.Cut(rest, []byte(" "))
+	n, _ := strconv.ParseUint(string(id), 10, 64)
+	return n
+}

@@ -1,0 +1,176 @@
+// Package route serves the clients of a node of a cluster whose tubes are
+// spread over many raft groups (docs/cluster.md, "Many groups"). A client's
+// connection and its session (the tube it uses, the tubes it watches) live
+// on the node it connected to; each command runs at the leader of the
+// group of the tube or job it names, over a connection of the session to
+// that leader's internal listener (a backend), which speaks the beanstalk
+// protocol with two internal commands (beanpole-cancel-wait,
+// beanpole-unreserve). The leader's engine does the work, so every reply
+// is the one a single server gives; the router only chooses where a
+// command runs, answers what the session alone knows (use, watch, ignore,
+// list-tube-used, list-tubes-watched), and merges what every group knows
+// (stats, list-tubes).
+//
+// A backend's failure (its leader lost, its node dead) closes the client's
+// connection, as a single server's death does: the command it carried may
+// or may not have run, and the reservations the session held in that
+// group are ready again at its next leader.
+package route
+
+import (
+	"crypto/tls"
+	"errors"
+	"hash/fnv"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Config is what a router needs of its node.
+type Config struct {
+	// Groups is the number of data groups: groups 1 to Groups hold the
+	// tubes.
+	Groups int
+	// Leader is where group g's leader serves its internal listener, ""
+	// while the node knows of none.
+	Leader func(g int) string
+	// Dial opens a backend to an internal listener.
+	Dial func(addr string) (net.Conn, error)
+	// MaxJobSize is -z: a larger put body is read and dropped, then
+	// answered JOB_TOO_BIG, as the groups' servers do.
+	MaxJobSize uint32
+	// LeaderWait bounds how long a command waits for its group to have a
+	// leader (an election) before its client's connection is closed.
+	LeaderWait time.Duration
+	Log        zerolog.Logger
+}
+
+// Router serves client connections (Serve, ServeTLS) until Stop.
+type Router struct {
+	cfg     Config
+	mu      sync.Mutex
+	lns     []net.Listener
+	conns   map[net.Conn]struct{}
+	stopped bool
+	wg      sync.WaitGroup
+	total   atomic.Uint64
+}
+
+// New makes a router.
+func New(cfg Config) *Router {
+	return &Router{cfg: cfg, conns: map[net.Conn]struct{}{}}
+}
+
+// GroupOfTube is the data group a tube lives in: a stable hash of its
+// name over the groups (1 to n).
+func GroupOfTube(name []byte, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write(name)
+	return 1 + int(h.Sum32()%uint32(n))
+}
+
+// GroupOfID is the data group that made job id: group g of n gives out
+// the ids that are g modulo n (engine.SetIDSpace).
+func GroupOfID(id uint64, n int) int {
+	g := int(id % uint64(n))
+	if g == 0 {
+		g = n
+	}
+	return g
+}
+
+// Serve accepts plaintext clients on ln until Stop.
+func (r *Router) Serve(ln net.Listener) error { return r.serve(ln, nil) }
+
+// ServeTLS accepts TLS clients on ln until Stop; conf gives the
+// configuration of each new connection, so reloaded files take effect.
+func (r *Router) ServeTLS(ln net.Listener, conf func() *tls.Config) error { return r.serve(ln, conf) }
+
+func (r *Router) serve(ln net.Listener, conf func() *tls.Config) error {
+	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return nil
+	}
+	r.lns = append(r.lns, ln)
+	r.mu.Unlock()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			r.mu.Lock()
+			stopped := r.stopped
+			r.mu.Unlock()
+			if stopped {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			// Out of descriptors and the like: the next accept may work.
+			r.cfg.Log.Warn().Err(err).Msg("route: accept")
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if conf != nil {
+			c = tls.Server(c, conf())
+		}
+		if !r.track(c) {
+			c.Close()
+			return nil
+		}
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer r.untrack(c)
+			newSession(r, c).run()
+		}()
+	}
+}
+
+func (r *Router) track(c net.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return false
+	}
+	r.conns[c] = struct{}{}
+	r.total.Add(1)
+	return true
+}
+
+func (r *Router) untrack(c net.Conn) {
+	r.mu.Lock()
+	delete(r.conns, c)
+	r.mu.Unlock()
+	c.Close()
+}
+
+// Connections is how many clients are connected now, and have been since
+// the router started.
+func (r *Router) Connections() (current, total uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return uint64(len(r.conns)), r.total.Load()
+}
+
+// Stop closes the listeners and every client's connection, and waits for
+// their sessions to end.
+func (r *Router) Stop() {
+	r.mu.Lock()
+	r.stopped = true
+	for _, ln := range r.lns {
+		ln.Close()
+	}
+	for c := range r.conns {
+		c.Close()
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}

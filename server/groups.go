@@ -1,0 +1,171 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/beanpole/beanpole/admin"
+	"github.com/beanpole/beanpole/cluster"
+	"github.com/beanpole/beanpole/config"
+	"github.com/beanpole/beanpole/engine"
+	"github.com/beanpole/beanpole/loop"
+	"github.com/beanpole/beanpole/route"
+)
+
+// leaderWait bounds how long a client's command waits for its group to
+// have a leader: a failover, with room for a loaded machine.
+const leaderWait = 10 * time.Second
+
+// runGroups runs a node of a cluster whose tubes are spread over data
+// groups (--groups): for the node's whole life, a router serves the
+// clients on the client listeners (package route), and for each data
+// group, while this node leads it, an engine serves the routers of every
+// node on an internal listener beside the raft port. With the links' TLS
+// files, the internal listeners and the routers' connections to them use
+// the links' mutual TLS.
+func (s *Server) runGroups(host *cluster.Host) int {
+	cfg, log := s.cfg, s.log
+	n := len(host.Groups) - 1
+	var linkTLS func() *tls.Config
+	if files := s.linkFiles; files != nil {
+		linkTLS = func() *tls.Config {
+			c := files.Loaded()
+			return cluster.NodeTLS(c.Certificates[0], c.ClientCAs)
+		}
+	}
+	dial := func(addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: 5 * time.Second}
+		if linkTLS != nil {
+			return tls.DialWithDialer(&d, "tcp", addr, linkTLS())
+		}
+		return d.Dial("tcp", addr)
+	}
+	rt := route.New(route.Config{Groups: n, Dial: dial, MaxJobSize: uint32(cfg.MaxJobSize), LeaderWait: leaderWait, Log: log,
+		Leader: func(g int) string { return host.Groups[g].ServingAddr() }})
+	for _, ln := range s.lns {
+		go func() { _ = rt.Serve(ln) }()
+	}
+	if s.tlsLn != nil {
+		go func() { _ = rt.ServeTLS(s.tlsLn, s.tlsFiles.Config) }()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for g := 1; g <= n; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.leadGroup(ctx, host.Groups[g], g, n, linkTLS)
+		}()
+	}
+	s.takes(CallStop)
+	s.takes(CallDrain)
+	s.adm.SetState(admin.Ready)
+	if err := config.SdNotify("READY=1"); err != nil {
+		log.Warn().Err(err).Msg("could not tell systemd the server is ready")
+	}
+	log.Info().Str("node", cfg.NodeID).Int("groups", n).Msg("cluster: serving clients; each command runs at the leader of its tube's group")
+	for c := range s.calls {
+		if c.stop {
+			log.Info().Str("signal", c.why).Msg("stopping: no new connections")
+			break
+		}
+		log.Warn().Msg("drain mode (SIGUSR1) is not carried out by a node of many groups")
+	}
+	s.adm.SetState(admin.Stopping)
+	_ = config.SdNotify("STOPPING=1")
+	rt.Stop()
+	cancel()
+	wg.Wait()
+	return leaveCluster(host, log)
+}
+
+// leadGroup serves data group g of n while this node leads it, until ctx
+// ends.
+func (s *Server) leadGroup(ctx context.Context, node *cluster.Node, g, n int, linkTLS func() *tls.Config) {
+	log := s.log.With().Int("group", g).Logger()
+	for {
+		jl, err := node.AwaitLeadership(ctx)
+		if err != nil {
+			if jl != nil {
+				node.StepDown(jl)
+			}
+			return
+		}
+		if err := s.serveGroup(ctx, node, jl, g, n, linkTLS); err != nil {
+			log.Error().Err(err).Msg("cluster: could not serve the group; another node may lead it")
+			node.StepDown(jl)
+			if tr := node.TransferLeader(""); tr != nil {
+				log.Warn().Err(tr).Msg("cluster: could not hand the group's lead over")
+			}
+			continue
+		}
+		node.StepDown(jl)
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// serveGroup loads group g's engine from its replicated state and serves
+// it on an internal listener until this node loses the lead or ctx ends.
+func (s *Server) serveGroup(ctx context.Context, node *cluster.Node, jl *cluster.Journal, g, n int, linkTLS func() *tls.Config) error {
+	host, _, err := net.SplitHostPort(s.cfg.RaftAddr)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return fmt.Errorf("the group's internal listener: %w", err)
+	}
+	defer ln.Close()
+	eng := engine.New(s.loops)
+	eng.SetIDSpace(uint64(g%n), uint64(n))
+	jobs, maxID := node.FSM.State()
+	eng.Restore(jobs, maxID)
+	eng.RestorePauses(node.FSM.Pauses())
+	eng.SetJournal(jl)
+	srv, err := loop.New(loop.Config{Loops: s.loops, MaxJobSize: s.cfg.MaxJobSize, Version: config.Version,
+		Verbosity: s.cfg.Verbosity, Log: s.log, ReserveFDs: reserveFDs(s.cfg)}, eng)
+	if err != nil {
+		return err
+	}
+	srv.Fence = node.Leads
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	served := make(chan error, 1)
+	go func() {
+		if linkTLS != nil {
+			served <- srv.ServeTLS(ln, linkTLS())
+		} else {
+			served <- srv.Serve(ln)
+		}
+	}()
+	if err := node.Announce(ln.Addr().String(), ""); err != nil {
+		stopLoops(srv)
+		return fmt.Errorf("announcing where the group is served: %w", err)
+	}
+	s.log.Info().Int("group", g).Str("internal", ln.Addr().String()).Int("jobs", len(jobs)).Msg("cluster: leading a data group")
+	select {
+	case <-node.LostLeadership():
+		s.log.Warn().Int("group", g).Msg("cluster: this node lost the lead of a data group; its routers' connections to it are closed")
+	case <-ctx.Done():
+	case err := <-served:
+		if err != nil {
+			s.log.Error().Err(err).Int("group", g).Msg("cluster: the group's internal listener failed")
+		}
+	}
+	stopLoops(srv)
+	return nil
+}
+
+// stopLoops stops a group's event loops, closing the routers' connections.
+func stopLoops(srv *loop.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Stop(ctx)
+}
