@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,7 +48,46 @@ func startGroupsCluster(t *testing.T, n, groups int) *testCluster {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	tc.settled(tc.nodes[0], 60*time.Second)
 	return tc
+}
+
+// settled waits until nd sees the leads spread over the nodes (none leads
+// two more groups than another) and unchanged for two seconds, the
+// spreading's looks included, so that no lead moves under a test's feet.
+func (tc *testCluster) settled(nd *clusterNode, within time.Duration) []string {
+	tc.t.Helper()
+	deadline := time.Now().Add(within)
+	var last []string
+	var since time.Time
+	for {
+		gs := tc.groups(nd)
+		leaders := make([]string, len(gs))
+		count := map[string]int{}
+		for _, other := range tc.nodes {
+			if other.srv != nil && !exited(other.srv) {
+				count[other.id] = 0
+			}
+		}
+		for i, g := range gs {
+			leaders[i] = g.Leader
+			count[g.Leader]++
+		}
+		lo, hi := len(gs), 0
+		for _, n := range count {
+			lo, hi = min(lo, n), max(hi, n)
+		}
+		switch {
+		case len(gs) == 0 || slices.Contains(leaders, "") || hi-lo > 1 || !slices.Equal(leaders, last):
+			last, since = leaders, time.Now()
+		case time.Since(since) >= 2*time.Second:
+			return leaders
+		}
+		if time.Now().After(deadline) {
+			tc.t.Fatalf("the leads did not settle within %v: %v", within, leaders)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // tubeOfGroup is a tube name starting with prefix that lives in group g.
@@ -157,4 +199,104 @@ func TestGroupsReserveOverTubesOfSeveralGroups(t *testing.T) {
 	expect(t, w, fmt.Sprintf("RESERVED %d 4\r\nnext\r\n", ida2))
 	mustSend(t, w, "reserve-with-timeout 1\r\n")
 	expectWithin(t, w, "TIMED_OUT\r\n", 10*time.Second)
+}
+
+type groupStatus struct {
+	Group         int
+	Leader, State string
+	Term          uint64
+	Members, Jobs int
+}
+
+// groups is nd's GET /cluster/groups (nil while it does not answer).
+func (tc *testCluster) groups(nd *clusterNode) []groupStatus {
+	tc.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+nd.http+"/cluster/groups", nil)
+	req.Header.Set("Authorization", "Bearer "+tc.secret())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return nil
+	}
+	var gs []groupStatus
+	if err := json.NewDecoder(resp.Body).Decode(&gs); err != nil {
+		tc.t.Fatalf("GET /cluster/groups: %v", err)
+	}
+	return gs
+}
+
+// A node's death stops only the tubes of the groups it led, each for one
+// failover: the other groups' tubes are served all along, and every job
+// acknowledged before is there after.
+func TestGroupsKillingANodeStopsOnlyTheGroupsItLed(t *testing.T) {
+	const groups = 3
+	tc := startGroupsCluster(t, 3, groups)
+	leaders := tc.settled(tc.nodes[0], 30*time.Second)
+	victim := tc.nodes[0]
+	for _, nd := range tc.nodes {
+		if nd.id == leaders[1] {
+			victim = nd
+		}
+	}
+	survivor := tc.other(victim)
+	put := func(g int) (uint64, bool) {
+		out := try(survivor.srv.addr, "use "+tubeOfGroup(g, groups, "k")+"\r\nput 0 0 60 1\r\nx\r\n", 5*time.Second)
+		_, id, ok := strings.Cut(out, "INSERTED ")
+		if !ok {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(strings.TrimSuffix(id, "\r\n"), 10, 64)
+		return n, err == nil
+	}
+	var acked []uint64
+	for g := 1; g <= groups; g++ {
+		id, ok := put(g)
+		if !ok {
+			t.Fatalf("put to group %d before the kill was not acknowledged", g)
+		}
+		acked = append(acked, id)
+	}
+	if err := victim.srv.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-victim.srv.exited
+	// The groups the victim did not lead never stop.
+	for g := 1; g <= groups; g++ {
+		if leaders[g] == victim.id {
+			continue
+		}
+		id, ok := put(g)
+		if !ok {
+			// Only a lead that moved meanwhile excuses it: the
+			// spreading may hand one of the survivors' to the other.
+			now := tc.groups(survivor)
+			if len(now) > g && now[g].Leader == leaders[g] {
+				t.Fatalf("a put to group %d, led by %s all along, failed once %s died", g, leaders[g], victim.id)
+			}
+			continue
+		}
+		acked = append(acked, id)
+	}
+	// Its own are back after a failover.
+	start := time.Now()
+	for {
+		id, ok := put(1)
+		if ok {
+			acked = append(acked, id)
+			break
+		}
+		if time.Since(start) > 60*time.Second {
+			t.Fatal("group 1 took no put within 60 s of its leader's death")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("group 1 took puts again %v after its leader died", time.Since(start).Round(time.Millisecond))
+	c := survivor.srv.dial(t)
+	for _, id := range acked {
+		mustSend(t, c, fmt.Sprintf("peek %d\r\n", id))
+		expect(t, c, fmt.Sprintf("FOUND %d 1\r\nx\r\n", id))
+	}
 }

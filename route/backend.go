@@ -18,12 +18,17 @@ import (
 // that reads them (ensureUse, ensureWatch).
 type backend struct {
 	g     int
+	addr  string
 	c     net.Conn
 	rd    *bufio.Reader
 	wr    *bufio.Writer
 	use   string
 	watch []string
 	reply []byte
+	// held are the jobs reserved through the backend that the client has
+	// not deleted, released or buried through it since (one whose TTR ran
+	// out stays until then).
+	held map[uint64]struct{}
 }
 
 // The internal commands: cancelWait ends a reserve that waits (answered
@@ -42,14 +47,23 @@ var errNoLeader = errors.New("route: the group has no leader")
 // a leader (within LeaderWait).
 func (s *session) backend(g int) (*backend, error) {
 	if b := s.b[g]; b != nil {
-		return b, nil
+		// A backend to a node that no longer leads the group is of no use;
+		// one that holds none of the session's reservations is replaced
+		// without the client noticing (a lead handed over to spread the
+		// leaders, say), once a leader is known again. One that holds
+		// some fails at its next command.
+		if addr := s.r.cfg.Leader(g); addr == b.addr || len(b.held) > 0 {
+			return b, nil
+		}
+		b.c.Close()
+		delete(s.b, g)
 	}
 	deadline := time.Now().Add(s.r.cfg.LeaderWait)
 	for {
 		if addr := s.r.cfg.Leader(g); addr != "" {
 			if c, err := s.r.cfg.Dial(addr); err == nil {
-				b := &backend{g: g, c: c, rd: bufio.NewReader(c), wr: bufio.NewWriter(c),
-					use: "default", watch: []string{"default"}}
+				b := &backend{g: g, addr: addr, c: c, rd: bufio.NewReader(c), wr: bufio.NewWriter(c),
+					use: "default", watch: []string{"default"}, held: map[uint64]struct{}{}}
 				s.b[g] = b
 				return b, nil
 			}
@@ -221,6 +235,17 @@ func bodyLen(line []byte) (int, bool) {
 	}
 	n, err := strconv.Atoi(string(size))
 	return n, err == nil && n >= 0
+}
+
+// note keeps held up to date with a reply: a job reserved through b, or
+// one the client let go of.
+func (b *backend) note(rep []byte, id uint64) {
+	switch {
+	case bytes.HasPrefix(rep, []byte("RESERVED ")):
+		b.held[replyID(rep)] = struct{}{}
+	case bytes.HasPrefix(rep, []byte("DELETED")), bytes.HasPrefix(rep, []byte("RELEASED")), bytes.HasPrefix(rep, []byte("BURIED")):
+		delete(b.held, id)
+	}
 }
 
 // replyID is the job id of a RESERVED or FOUND reply.

@@ -9,8 +9,9 @@ import (
 )
 
 // forward runs a command at group g (with the session's used tube first,
-// if it reads it) and gives its client the reply.
-func (s *session) forward(g int, usesTube bool, parts ...[]byte) bool {
+// if it reads it) and gives its client the reply; id is the job the
+// command names, if any.
+func (s *session) forward(g int, usesTube bool, id uint64, parts ...[]byte) bool {
 	b, err := s.backend(g)
 	if err != nil {
 		return false
@@ -22,6 +23,7 @@ func (s *session) forward(g int, usesTube bool, parts ...[]byte) bool {
 	if err != nil {
 		return false
 	}
+	b.note(rep, id)
 	s.out = append(s.out, rep...)
 	return true
 }
@@ -58,6 +60,7 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 		if !ok {
 			return false
 		}
+		b.note(w, 0)
 		s.out = append(s.out, w...)
 		return true
 	}
@@ -108,6 +111,7 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 				return false
 			}
 		}
+		offers[best].b.note(offers[best].reply, 0)
 		s.out = append(s.out, offers[best].reply...)
 		return true
 	}
@@ -182,6 +186,7 @@ func (s *session) waitAll(bs []*backend, line []byte) bool {
 			return false
 		}
 	}
+	bs[win.i].note(win.w.reply, 0)
 	s.out = append(s.out, win.w.reply...)
 	return true
 }

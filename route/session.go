@@ -110,7 +110,7 @@ func (s *session) runBuffered() bool {
 			s.put = append(s.put, f.Body...)
 		case codec.Body:
 			s.put = append(s.put, f.Body...)
-			if !s.forward(GroupOfTube([]byte(s.use), s.r.cfg.Groups), true, s.put) {
+			if !s.forward(GroupOfTube([]byte(s.use), s.r.cfg.Groups), true, 0, s.put) {
 				return false
 			}
 		case codec.ExpectedCRLF:
@@ -186,12 +186,12 @@ func (s *session) command(st codec.Status, cmd *codec.Command, line []byte) bool
 	case codec.OpReserve, codec.OpReserveWithTimeout:
 		return s.reserve(cmd, line)
 	case codec.OpPeekReady, codec.OpPeekDelayed, codec.OpPeekBuried, codec.OpKick:
-		return s.forward(GroupOfTube([]byte(s.use), n), true, line)
+		return s.forward(GroupOfTube([]byte(s.use), n), true, 0, line)
 	case codec.OpStatsTube, codec.OpPauseTube:
-		return s.forward(GroupOfTube(cmd.Tube, n), false, line)
+		return s.forward(GroupOfTube(cmd.Tube, n), false, 0, line)
 	case codec.OpReserveJob, codec.OpDelete, codec.OpRelease, codec.OpBury, codec.OpTouch,
 		codec.OpKickJob, codec.OpPeek, codec.OpStatsJob:
-		return s.forward(GroupOfID(cmd.ID, n), false, line)
+		return s.forward(GroupOfID(cmd.ID, n), false, cmd.ID, line)
 	case codec.OpListTubes:
 		return s.listTubes()
 	case codec.OpStats:
