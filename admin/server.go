@@ -90,8 +90,8 @@ type Server struct {
 	cluster atomic.Pointer[Cluster]
 	// groups, when set, is the node's view of its raft groups (SetGroups).
 	groups atomic.Pointer[func() any]
-	reg     *prometheus.Registry
-	coll    *collector
+	reg    *prometheus.Registry
+	coll   *collector
 	// hist is the overview's last hour (history.go), sampled from
 	// SetSource until Close or Shutdown closes stop.
 	hist     *ring

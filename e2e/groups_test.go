@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 // groupOfTube and groupOfID are the placement docs/cluster.md gives: a
