@@ -292,6 +292,8 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 			return fail("--cluster-dir replaces -b: give one of them")
 		case cfg.NodeID == "" || cfg.RaftAddr == "":
 			return fail("--cluster-dir needs --node-id and --raft")
+		case cfg.Groups > 0 && (cfg.Join != "" || cfg.ClusterImport != ""):
+			return fail("--groups does not go with --join or --cluster-import: a cluster of many groups keeps the members it was bootstrapped with and starts empty")
 		}
 	} else if cfg.NodeID != "" || cfg.RaftAddr != "" || cfg.Bootstrap != "" || cfg.Join != "" || cfg.ClusterImport != "" || cfg.Groups != 0 ||
 		cfg.ClusterCert != "" || cfg.ClusterKey != "" || cfg.ClusterCA != "" || cfg.RaftInsecure {

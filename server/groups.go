@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -73,7 +74,15 @@ func (s *Server) runGroups(host *cluster.Host) int {
 			log.Info().Str("signal", c.why).Msg("stopping: no new connections")
 			break
 		}
-		log.Warn().Msg("drain mode (SIGUSR1) is not carried out by a node of many groups")
+		// Drain mode, as upstream: the groups this node leads refuse puts
+		// from now on, and so does each it leads later.
+		s.draining.Store(true)
+		s.groupEngines.Range(func(k, _ any) bool {
+			k.(*engine.Engine).SetDraining()
+			return true
+		})
+		s.adm.SetState(admin.Draining)
+		log.Info().Msg("drain mode (SIGUSR1): the groups this node leads refuse puts from now on")
 	}
 	s.adm.SetState(admin.Stopping)
 	_ = config.SdNotify("STOPPING=1")
@@ -124,6 +133,11 @@ func (s *Server) serveGroup(ctx context.Context, node *cluster.Node, jl *cluster
 	defer ln.Close()
 	eng := engine.New(s.loops)
 	eng.SetIDSpace(uint64(g%n), uint64(n))
+	s.groupEngines.Store(eng, struct{}{})
+	defer s.groupEngines.Delete(eng)
+	if s.draining.Load() {
+		eng.SetDraining()
+	}
 	jobs, maxID := node.FSM.State()
 	eng.Restore(jobs, maxID)
 	eng.RestorePauses(node.FSM.Pauses())
@@ -137,6 +151,11 @@ func (s *Server) serveGroup(ctx context.Context, node *cluster.Node, jl *cluster
 	if err := srv.Start(); err != nil {
 		return err
 	}
+	// The node's memory is shared by the groups it may lead: each engine
+	// gets a share of the ceiling and of the input budget.
+	ceiling, input := s.memoryLimits()
+	eng.SetJobMemoryLimit(ceiling / int64(n))
+	srv.SetInputBudget(input / int64(n))
 	served := make(chan error, 1)
 	go func() {
 		if linkTLS != nil {
@@ -169,3 +188,14 @@ func stopLoops(srv *loop.Server) {
 	defer cancel()
 	srv.Stop(ctx)
 }
+
+// fixedMembers is group 0 as the HTTP side sees it on a node of many
+// groups: a change of members would have to reach every group, each at its
+// own leader, which is not carried out; it is refused rather than made in
+// group 0 alone.
+type fixedMembers struct{ *cluster.Node }
+
+var errFixedMembers = errors.New("the members of a cluster of many groups (--groups) are those it was bootstrapped with: adding or removing a node is not carried out")
+
+func (fixedMembers) Add(string, string) (string, error) { return "", errFixedMembers }
+func (fixedMembers) Remove(string) (string, error)      { return "", errFixedMembers }

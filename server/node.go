@@ -133,7 +133,11 @@ func (s *Server) openNode() (*cluster.Host, int) {
 		fmt.Fprintf(s.stderr, "beanpole: %v\n", err)
 		return nil, 1
 	}
-	s.adm.SetCluster(host.Groups[0])
+	if cfg.Groups > 0 {
+		s.adm.SetCluster(fixedMembers{host.Groups[0]})
+	} else {
+		s.adm.SetCluster(host.Groups[0])
+	}
 	s.adm.SetGroups(host.Status)
 	if cfg.Join != "" && host.Groups[0].Fresh {
 		if code := join(cfg, nodeTLS, s.stderr); code != 0 {

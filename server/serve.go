@@ -125,6 +125,22 @@ func (s *Server) serve(eng *engine.Engine, blog *persist.Log, host *cluster.Host
 	}
 }
 
+// memoryLimits are the ceiling on the memory clients can make the server
+// hold (--max-job-memory, or derived from the memory the process may use)
+// and the budget for input read but not yet run.
+func (s *Server) memoryLimits() (ceiling, input int64) {
+	budget := config.DetectMemoryBudget()
+	input = max(budget.Bytes/8, 64<<20)
+	if v, err := strconv.ParseInt(os.Getenv("BEANPOLE_INPUT_BUDGET_MB"), 10, 32); err == nil && v > 0 {
+		input = v << 20
+	}
+	ceiling = s.cfg.MaxJobMemory
+	if ceiling < 0 {
+		ceiling = config.DefaultJobMemory(budget.Bytes)
+	}
+	return ceiling, input
+}
+
 // startLoops starts the event loops that serve eng, with the binlog's
 // figures in `stats` and, on a cluster node, each reply fenced by the
 // lead.
@@ -222,17 +238,10 @@ func graceOver(calls <-chan call, d time.Duration) {
 // of freed memory after a drain (internal/memtune; BEANPOLE_RELEASE_MEMORY=0
 // turns it off).
 func (s *Server) limitMemory(eng *engine.Engine, srv *loop.Server) {
-	cfg, log := s.cfg, s.log
+	log := s.log
 	budget := config.DetectMemoryBudget()
-	input := max(budget.Bytes/8, 64<<20)
-	if v, err := strconv.ParseInt(os.Getenv("BEANPOLE_INPUT_BUDGET_MB"), 10, 32); err == nil && v > 0 {
-		input = v << 20
-	}
+	ceiling, input := s.memoryLimits()
 	srv.SetInputBudget(input)
-	ceiling := cfg.MaxJobMemory
-	if ceiling < 0 {
-		ceiling = config.DefaultJobMemory(budget.Bytes)
-	}
 	eng.SetJobMemoryLimit(ceiling)
 	// Published once set up: the releaser of an earlier serve (a node
 	// that leads again) reads the engine it finds here.

@@ -79,6 +79,9 @@ type Server struct {
 
 	// draining: Drain came; every engine the server serves after drains.
 	draining atomic.Bool
+	// groupEngines are the engines of the data groups this node leads now
+	// (--groups), for drain mode.
+	groupEngines sync.Map
 }
 
 // call is a Drain, or a Stop (stop) asked for by why (the log names it as
