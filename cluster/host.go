@@ -14,7 +14,7 @@ import (
 
 // Host is a node with the raft groups it hosts, all on one raft port:
 // group 0, the group every cluster has, and data groups 1 to n beside it
-// (docs/cluster.md, "Beyond one group"). Every member hosts every group.
+// (docs/cluster.md, "Many groups"). Every member hosts every group.
 //
 // A host spreads the groups' leaders over the members: a node that leads
 // at least two groups more than the member that leads the fewest hands one
