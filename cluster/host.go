@@ -236,6 +236,10 @@ type GroupStatus struct {
 	Term    uint64 `json:"term"`
 	Members int    `json:"members"`
 	Jobs    int    `json:"jobs"` // in the group's replicated state on this node
+	// CommitIndex and AppliedIndex are the group's raft indexes on this
+	// node, as GET /cluster gives group 0's.
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
 }
 
 // Status is this node's view of every group it hosts, group 0 first.
@@ -244,7 +248,7 @@ func (h *Host) Status() any {
 	for g, nd := range h.Groups {
 		_, leader := nd.Raft.LeaderWithID()
 		st := GroupStatus{Group: g, Leader: string(leader), State: stateName(nd.Raft.State()), Term: nd.Raft.CurrentTerm(),
-			Jobs: nd.FSM.jobCount()}
+			Jobs: nd.FSM.jobCount(), CommitIndex: atou(nd.Raft.Stats()["commit_index"]), AppliedIndex: nd.Raft.AppliedIndex()}
 		if f := nd.Raft.GetConfiguration(); f.Error() == nil {
 			st.Members = len(f.Configuration().Servers)
 		}

@@ -143,9 +143,10 @@ type partitions struct {
 
 // startPartitionableCluster is startTestCluster with a proxy on every
 // directed raft link.
-func startPartitionableCluster(t *testing.T, n int) (*testCluster, *partitions) {
+func startPartitionableCluster(t *testing.T, n int, extra ...string) (*testCluster, *partitions) {
 	t.Helper()
 	tc := newTestCluster(t, n)
+	tc.args = extra
 	pt := &partitions{links: make([][]*linkProxy, n)}
 	for i := range n {
 		pt.links[i] = make([]*linkProxy, n)

@@ -46,7 +46,7 @@ type clusterHistory struct {
 	bodyOf   map[uint64]string // acknowledged puts
 	idOf     map[string]uint64
 	sent     map[string]bool // every put body sent
-	maxAcked uint64
+	maxAcked map[int]uint64 // by group: ids increase per group
 	delSent  map[uint64]bool // a delete was sent (its outcome may be unknown)
 	// reservedBody maps each body a worker reserved to the job's id: how a
 	// put whose answer never came is matched to its job.
@@ -117,7 +117,18 @@ func (w *wire) call(cmd string) (line, body string, err error) {
 	return line, body, nil
 }
 
-func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
+func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) { randomizedFaults(t, 0) }
+
+// The same search against three nodes whose tubes are spread over three
+// data groups (--groups 3): each producer puts to a tube of its own group,
+// every worker watches a tube of every group, the faults strike the leader
+// of a group picked at random, and a put to that group through an
+// untouched node measures its failover. Ids increase per group.
+func TestGroupsRandomizedFaultsLoseNothingAcknowledged(t *testing.T) { randomizedFaults(t, 3) }
+
+// randomizedFaults is the search against a cluster of groups data groups
+// (0: the one group).
+func randomizedFaults(t *testing.T, groups int) {
 	t.Parallel()
 	dur := 12 * time.Second
 	if v := os.Getenv("BEANPOLE_CLUSTER_RANDOM_DURATION"); v != "" {
@@ -127,18 +138,33 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 		}
 		dur = d
 	}
-	tc, pt := startPartitionableCluster(t, 3)
-	tc.leader()
+	var extra []string
+	ng := max(groups, 1)
+	tubes := []string{"default"}
+	if groups > 0 {
+		extra = []string{"--groups", strconv.Itoa(groups)}
+		tubes = nil
+		for g := 1; g <= groups; g++ {
+			tubes = append(tubes, tubeOfGroup(g, groups, "r"))
+		}
+	}
+	tc, pt := startPartitionableCluster(t, 3, extra...)
+	if groups > 0 {
+		tc.settled(tc.nodes[0], 60*time.Second)
+	} else {
+		tc.leader()
+	}
 	var nodesMu sync.Mutex // guards each node's srv while the supervisor restarts it
 	jh := newJobHistory()
-	h := &clusterHistory{bodyOf: map[uint64]string{}, idOf: map[string]uint64{}, sent: map[string]bool{},
+	h := &clusterHistory{bodyOf: map[uint64]string{}, idOf: map[string]uint64{}, sent: map[string]bool{}, maxAcked: map[int]uint64{},
 		delSent: map[uint64]bool{}, deleted: map[uint64]int{}, reservedBody: map[string]uint64{}}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 
-	// connected returns w, or else a new connection to a running node;
-	// false once the faulty phase is over.
-	connected := func(w *wire) (*wire, bool) {
+	// connected returns w, or else a new connection to a running node
+	// with the commands of setup sent and answered as expected; false once
+	// the faulty phase is over.
+	connected := func(w *wire, setup []string) (*wire, bool) {
 		for {
 			select {
 			case <-stop:
@@ -150,23 +176,44 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 			}
 			if w = dialAny(tc.liveAddrs(&nodesMu)); w == nil {
 				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			for i := 0; i < len(setup); i += 2 {
+				if line, _, err := w.call(setup[i]); err != nil || !strings.HasPrefix(line, setup[i+1]) {
+					w.nc.Close()
+					w = nil
+					break
+				}
 			}
 		}
+	}
+	// watchAll has a worker watch a tube of every group, and those alone.
+	var watchAll []string
+	if groups > 0 {
+		for _, tube := range tubes {
+			watchAll = append(watchAll, "watch "+tube+"\r\n", "WATCHING ")
+		}
+		watchAll = append(watchAll, "ignore default\r\n", "WATCHING ")
 	}
 	for p := range 3 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var w *wire
+			tube := tubes[p%ng]
+			var setup []string
+			if groups > 0 {
+				setup = []string{"use " + tube + "\r\n", "USING "}
+			}
 			for n := 0; ; n++ {
 				var ok bool
-				if w, ok = connected(w); !ok {
+				if w, ok = connected(w, setup); !ok {
 					return
 				}
 				body := fmt.Sprintf("p%d-%d", p, n)
 				h.mu.Lock()
 				h.sent[body] = true
-				floor := h.maxAcked
+				floor := h.maxAcked[p%ng+1]
 				h.mu.Unlock()
 				call := jh.now()
 				line, _, err := w.call(fmt.Sprintf("put 0 0 120 %d\r\n%s\r\n", len(body), body))
@@ -194,7 +241,10 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 					h.failures = append(h.failures, fmt.Sprintf("put %s got id %d, not above %d acknowledged before it was sent", body, id, floor))
 				}
 				h.bodyOf[id], h.idOf[body] = body, id
-				h.maxAcked = max(h.maxAcked, id)
+				if g := groupOfID(id, ng); g != p%ng+1 {
+					h.failures = append(h.failures, fmt.Sprintf("put %s to %s got id %d of group %d", body, tube, id, g))
+				}
+				h.maxAcked[p%ng+1] = max(h.maxAcked[p%ng+1], id)
 				jh.add(jobInput{kind: opPut, worker: 10 + p, id: id, body: body}, call, outOK)
 				h.puts++
 				h.mu.Unlock()
@@ -208,7 +258,7 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 			var w *wire
 			for {
 				var ok bool
-				if w, ok = connected(w); !ok {
+				if w, ok = connected(w, watchAll); !ok {
 					return
 				}
 				// lose records the connection lost, for the job the
@@ -290,8 +340,24 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 	var order []int // the kinds of fault still to come in this round, each once
 	for time.Now().Before(end) {
 		time.Sleep(time.Duration(800+rand.IntN(1200)) * time.Millisecond)
-		lead := tc.agreedLeader()
-		tc.caughtUp(lead)
+		// The leader struck is group 0's, or a data group's picked at
+		// random; a put to that group measures its failover.
+		var lead *clusterNode
+		availTube := "avail"
+		if groups > 0 {
+			leaders := tc.settled(tc.running(), 60*time.Second)
+			tc.groupsCaughtUp(leaders)
+			g := 1 + rand.IntN(groups)
+			availTube = tubeOfGroup(g, groups, "avail")
+			for _, nd := range tc.nodes {
+				if nd.id == leaders[g] {
+					lead = nd
+				}
+			}
+		} else {
+			lead = tc.agreedLeader()
+			tc.caughtUp(lead)
+		}
 		follower := tc.other(lead)
 		third := tc.other(lead, follower)
 		li, fi := tc.index(lead), tc.index(follower)
@@ -323,7 +389,7 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 		// the majority's side (one the fault does not touch) must be
 		// acknowledged again within availWithin.
 		avail := make(chan time.Duration, 1)
-		go func() { avail <- putAgain(third.srv.addr) }()
+		go func() { avail <- putAgain(third.srv.addr, availTube) }()
 		time.Sleep(time.Duration(1200+rand.IntN(1500)) * time.Millisecond)
 		f.finish()
 		faults[kind]++
@@ -343,7 +409,27 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	restart()
-	lead := tc.leader()
+	// The drain goes through group 0's leader, or with groups through any
+	// node, watching every group's tube.
+	drainNode := func() *clusterNode {
+		if groups > 0 {
+			return tc.running()
+		}
+		return tc.leader()
+	}
+	dial := func() *conn {
+		c := drainNode().srv.dial(t)
+		for _, tube := range tubes {
+			if groups == 0 {
+				break
+			}
+			mustSend(t, c, "watch "+tube+"\r\n")
+			if line := readLine(t, c); !strings.HasPrefix(line, "WATCHING ") {
+				t.Fatalf("drain: watch %s: %q", tube, line)
+			}
+		}
+		return c
+	}
 	t.Logf("faults %v; %d puts and %d deletes acknowledged", faults, h.puts, h.del)
 	var all []time.Duration
 	for kind, ds := range downtimes {
@@ -363,7 +449,7 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 	// than a number of times that a few milliseconds use up.
 	found := map[uint64]bool{}
 	const drainer = 3
-	c := lead.srv.dial(t)
+	c := dial()
 	drainStart, backoff := time.Now(), 10*time.Millisecond
 	for lost := 0; ; {
 		reconnect := func() {
@@ -372,7 +458,7 @@ func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
 			}
 			time.Sleep(backoff)
 			backoff = min(2*backoff, 500*time.Millisecond)
-			c = tc.leader().srv.dial(t)
+			c = dial()
 		}
 		call := jh.now()
 		mustSend(t, c, "reserve-with-timeout 0\r\n")
@@ -466,15 +552,14 @@ func availWithin() time.Duration {
 	return 5 * time.Second
 }
 
-// putAgain puts through addr, in a tube of its own that the workers do
-// not watch, until a put is acknowledged and returns how long that took (a
+// putAgain puts through addr, in a tube that the workers do not watch, until a put is acknowledged and returns how long that took (a
 // minute at most), as a client would that gives up on an attempt after 2 s
 // and tries again: a node that has just lost the lead and knows no leader
 // yet holds a connection forwarded to it while it waits for one.
-func putAgain(addr string) time.Duration {
+func putAgain(addr, tube string) time.Duration {
 	start := time.Now()
 	for time.Since(start) < time.Minute {
-		if strings.HasPrefix(try(addr, "use avail\r\nput 0 0 60 5\r\navail\r\n", 2*time.Second), "USING avail\r\nINSERTED ") {
+		if strings.HasPrefix(try(addr, "use "+tube+"\r\nput 0 0 60 5\r\navail\r\n", 2*time.Second), "USING "+tube+"\r\nINSERTED ") {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)

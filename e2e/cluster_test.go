@@ -42,6 +42,8 @@ type testCluster struct {
 	nodes     []*clusterNode
 	bootstrap string
 	token     string // the --http-token-file every node is given
+	// args are given to every node at each start, before start's own.
+	args []string
 }
 
 func startTestCluster(t *testing.T, n int) *testCluster {
@@ -142,7 +144,8 @@ func (tc *testCluster) start(nd *clusterNode, extra ...string) {
 		defer os.Unsetenv("BEANPOLE_WALL_CLOCK_OFFSET")
 	}
 	nd.srv = startTestServer(tc.t, "tcp", "", append([]string{"-V", "--cluster-dir", nd.dir, "--node-id", nd.id,
-		"--raft", nd.raft, "--bootstrap", cmp.Or(nd.bootstrap, tc.bootstrap), "--http", nd.http, "--http-token-file", tc.token}, extra...))
+		"--raft", nd.raft, "--bootstrap", cmp.Or(nd.bootstrap, tc.bootstrap), "--http", nd.http, "--http-token-file", tc.token},
+		append(slices.Clone(tc.args), extra...)...))
 }
 
 // status is a node's GET /cluster, once it answers (a node starting up

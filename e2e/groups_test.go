@@ -34,8 +34,9 @@ func groupOfID(id uint64, n int) int {
 func startGroupsCluster(t *testing.T, n, groups int) *testCluster {
 	t.Helper()
 	tc := newTestCluster(t, n)
+	tc.args = []string{"--groups", strconv.Itoa(groups)}
 	for _, nd := range tc.nodes {
-		tc.start(nd, "--groups", strconv.Itoa(groups))
+		tc.start(nd)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for g := 1; g <= groups; g++ {
@@ -205,6 +206,48 @@ type groupStatus struct {
 	Leader, State string
 	Term          uint64
 	Members, Jobs int
+	CommitIndex   uint64 `json:"commit_index"`
+	AppliedIndex  uint64 `json:"applied_index"`
+}
+
+// groupsCaughtUp waits until every running node has applied, in every
+// group, what the group's leader had committed when asked.
+func (tc *testCluster) groupsCaughtUp(leaders []string) {
+	tc.t.Helper()
+	committed := map[int]uint64{}
+	for _, nd := range tc.nodes {
+		if nd.srv == nil || exited(nd.srv) {
+			continue
+		}
+		for _, g := range tc.groups(nd) {
+			if g.Group < len(leaders) && leaders[g.Group] == nd.id {
+				committed[g.Group] = g.CommitIndex
+			}
+		}
+	}
+	waitFor(tc.t, 60*time.Second, "every node to catch up with every group's leader", func() bool {
+		for _, nd := range tc.nodes {
+			if nd.srv == nil || exited(nd.srv) {
+				continue
+			}
+			for _, g := range tc.groups(nd) {
+				if g.AppliedIndex < committed[g.Group] {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// running is the first node that runs.
+func (tc *testCluster) running() *clusterNode {
+	for _, nd := range tc.nodes {
+		if nd.srv != nil && !exited(nd.srv) {
+			return nd
+		}
+	}
+	return nil
 }
 
 // groups is nd's GET /cluster/groups (nil while it does not answer).
