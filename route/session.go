@@ -36,14 +36,18 @@ func newSession(r *Router, c net.Conn) *session {
 		dec: codec.Decoder{MaxJobSize: r.cfg.MaxJobSize}, use: "default", watch: []string{"default"}, b: map[int]*backend{}}
 }
 
+// readChunk is the most a session reads at once: an idle client's
+// session holds one such buffer.
+const readChunk = 4 << 10
+
 func (s *session) read() {
 	defer close(s.in)
+	scratch := make([]byte, readChunk)
 	for {
-		p := make([]byte, 16<<10)
-		n, err := s.c.Read(p)
+		n, err := s.c.Read(scratch)
 		if n > 0 {
 			select {
-			case s.in <- p[:n]:
+			case s.in <- append([]byte(nil), scratch[:n]...):
 			case <-s.done:
 				return
 			}
