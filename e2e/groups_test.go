@@ -342,3 +342,39 @@ func TestGroupsKillingANodeStopsOnlyTheGroupsItLed(t *testing.T) {
 		expect(t, c, fmt.Sprintf("FOUND %d 1\r\nx\r\n", id))
 	}
 }
+
+// Commands a client pipelines through a node are answered in the order it
+// sent them, whichever group runs each and whether the router answers it
+// itself.
+func TestGroupsPipelinedCommandsAreAnsweredInOrder(t *testing.T) {
+	const groups = 3
+	tc := startGroupsCluster(t, 3, groups)
+	c := tc.nodes[1].srv.dial(t)
+	var send, want strings.Builder
+	ids := map[int]uint64{}
+	// Ids are learnt from a first round, so the second can name them.
+	for i := range 30 {
+		tube := tubeOfGroup(1+i%groups, groups, "p")
+		fmt.Fprintf(&send, "use %s\r\nput 0 0 60 2\r\n%02d\r\n", tube, i)
+	}
+	mustSend(t, c, send.String())
+	for i := range 30 {
+		tube := tubeOfGroup(1+i%groups, groups, "p")
+		expect(t, c, "USING "+tube+"\r\n")
+		line := readLine(t, c)
+		id, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(line, "INSERTED "), "\r\n"), 10, 64)
+		if err != nil {
+			t.Fatalf("put %d: %q", i, line)
+		}
+		ids[i] = id
+	}
+	send.Reset()
+	for i := range 30 {
+		tube := tubeOfGroup(1+i%groups, groups, "p")
+		fmt.Fprintf(&send, "list-tube-used\r\npeek %d\r\nwatch %s\r\ntouch %d\r\ndelete %d\r\n", ids[i], tube, ids[i], ids[i])
+		fmt.Fprintf(&want, "USING %s\r\nFOUND %d 2\r\n%02d\r\nWATCHING %d\r\nNOT_FOUND\r\nDELETED\r\n",
+			tubeOfGroup(1+29%groups, groups, "p"), ids[i], i, min(2+i, 1+groups))
+	}
+	mustSend(t, c, send.String())
+	expect(t, c, want.String())
+}

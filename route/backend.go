@@ -41,7 +41,10 @@ var (
 	syncLine   = []byte("list-tube-used\r\n")
 )
 
-var errNoLeader = errors.New("route: the group has no leader")
+var (
+	errNoLeader    = errors.New("route: the group has no leader")
+	errBackendLost = errors.New("route: a connection to a group's leader was lost")
+)
 
 // backend is the session's backend of group g, opened once the group has
 // a leader (within LeaderWait).
@@ -53,6 +56,13 @@ func (s *session) backend(g int) (*backend, error) {
 		// leaders, say), once a leader is known again. One that holds
 		// some fails at its next command.
 		if addr := s.r.cfg.Leader(g); addr == b.addr || len(b.held) > 0 {
+			return b, nil
+		}
+		// Its replies still to come are read first: they may reserve.
+		if !s.settle() {
+			return nil, errBackendLost
+		}
+		if len(b.held) > 0 {
 			return b, nil
 		}
 		b.c.Close()
@@ -121,50 +131,6 @@ func (b *backend) expect(want string, parts ...[]byte) error {
 	}
 	if !bytes.HasPrefix(rep, []byte(want)) {
 		return fmt.Errorf("route: group %d answered %q, want %s", b.g, bytes.TrimSpace(rep), want)
-	}
-	return nil
-}
-
-// ensureUse has the backend use tube.
-func (b *backend) ensureUse(tube string) error {
-	if b.use == tube {
-		return nil
-	}
-	if err := b.expect("USING ", []byte("use "+tube+"\r\n")); err != nil {
-		return err
-	}
-	b.use = tube
-	return nil
-}
-
-// addWatch has the backend watch tube too.
-func (b *backend) addWatch(tube string) error {
-	if slices.Contains(b.watch, tube) {
-		return nil
-	}
-	if err := b.expect("WATCHING ", []byte("watch "+tube+"\r\n")); err != nil {
-		return err
-	}
-	b.watch = append(b.watch, tube)
-	return nil
-}
-
-// ensureWatch has the backend watch exactly tubes (not empty): the new
-// ones first, so that its list is never left empty.
-func (b *backend) ensureWatch(tubes []string) error {
-	for _, t := range tubes {
-		if err := b.addWatch(t); err != nil {
-			return err
-		}
-	}
-	for _, t := range slices.Clone(b.watch) {
-		if slices.Contains(tubes, t) {
-			continue
-		}
-		if err := b.expect("WATCHING ", []byte("ignore "+t+"\r\n")); err != nil {
-			return err
-		}
-		b.watch = slices.DeleteFunc(b.watch, func(w string) bool { return w == t })
 	}
 	return nil
 }

@@ -9,23 +9,19 @@ import (
 )
 
 // forward runs a command at group g (with the session's used tube first,
-// if it reads it) and gives its client the reply; id is the job the
-// command names, if any.
-func (s *session) forward(g int, usesTube bool, id uint64, parts ...[]byte) bool {
+// if it reads it); id is the job the command names, if any. A command
+// whose reply is short (small) goes on its way behind the others; one
+// whose reply may be large is answered before the next is sent, so that a
+// backend never waits to send replies the router is not reading.
+func (s *session) forward(g int, usesTube bool, id uint64, small bool, parts ...[]byte) bool {
 	b, err := s.backend(g)
 	if err != nil {
 		return false
 	}
-	if usesTube && b.ensureUse(s.use) != nil {
-		return false
+	if usesTube {
+		s.useAt(b, s.use)
 	}
-	rep, err := b.roundTrip(parts...)
-	if err != nil {
-		return false
-	}
-	b.note(rep, id)
-	s.out = append(s.out, rep...)
-	return true
+	return s.send(b, id, parts...) && (small || s.settle())
 }
 
 // watchedByGroup is the session's watched tubes by group, and the groups
@@ -50,10 +46,17 @@ func (s *session) watchedByGroup() (map[int][]string, []int) {
 // back, no release counted); when none offers one, the reserve waits at
 // every group, the first answer wins, and the other waits are cancelled.
 func (s *session) reserve(cmd *codec.Command, line []byte) bool {
+	if !s.settle() {
+		return false
+	}
 	by, groups := s.watchedByGroup()
 	if len(groups) == 1 {
 		b, err := s.backend(groups[0])
-		if err != nil || b.ensureWatch(by[groups[0]]) != nil || b.send(line) != nil {
+		if err != nil {
+			return false
+		}
+		s.watchExactly(b, by[groups[0]])
+		if !s.settle() || b.send(line) != nil {
 			return false
 		}
 		w, ok := s.wait(b)
@@ -67,10 +70,14 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 	bs := make([]*backend, len(groups))
 	for i, g := range groups {
 		b, err := s.backend(g)
-		if err != nil || b.ensureWatch(by[g]) != nil {
+		if err != nil {
 			return false
 		}
+		s.watchExactly(b, by[g])
 		bs[i] = b
+	}
+	if !s.settle() {
+		return false
 	}
 	// Whatever is ready now, most urgent first across the groups.
 	type offer struct {
@@ -242,6 +249,9 @@ func (b *backend) jobPri(id uint64) (uint64, bool) {
 
 // listTubes is the tubes of every group, each once.
 func (s *session) listTubes() bool {
+	if !s.settle() {
+		return false
+	}
 	var names [][]byte
 	seen := map[string]bool{}
 	for g := 1; g <= s.r.cfg.Groups; g++ {
@@ -277,6 +287,9 @@ var firstOnly = map[string]bool{
 // stats is every group's stats summed, with this node's client
 // connections in place of the backends'.
 func (s *session) stats() bool {
+	if !s.settle() {
+		return false
+	}
 	var keys []string
 	vals := map[string]string{}
 	sums := map[string]uint64{}

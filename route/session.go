@@ -1,6 +1,7 @@
 package route
 
 import (
+	"bytes"
 	"net"
 	"slices"
 
@@ -29,7 +30,27 @@ type session struct {
 	watch []string
 	b     map[int]*backend
 	ended bool // the client's input ended
+	// pend are the replies still to come, in the client's order: of
+	// commands sent to backends and not answered yet, or ones the router
+	// gave itself behind those.
+	pend    []pending
+	scratch []byte
 }
+
+// pending is one reply still to come to a client.
+type pending struct {
+	b     *backend // nil: reply is the router's own
+	reply []byte
+	// own: the backend's reply is to a command the router sent for
+	// itself (to set a backend's used tube or watch list): it must begin
+	// with own, and the client does not see it.
+	own string
+	id  uint64 // the job the command names, for held
+}
+
+// window bounds the commands a session has on their way to backends
+// before it reads their replies.
+const window = 64
 
 func newSession(r *Router, c net.Conn) *session {
 	return &session{r: r, c: c, in: make(chan []byte, 1), done: make(chan struct{}),
@@ -101,7 +122,7 @@ func (s *session) runBuffered() bool {
 		off += f.N
 		switch f.Event {
 		case codec.More:
-			return true
+			return s.settle()
 		case codec.Line:
 			if !s.dec.Idle() && !s.dec.Skipping() { // a put whose body follows
 				s.put = append(s.put[:0], s.buf[off-f.N:off]...)
@@ -114,17 +135,17 @@ func (s *session) runBuffered() bool {
 			s.put = append(s.put, f.Body...)
 		case codec.Body:
 			s.put = append(s.put, f.Body...)
-			if !s.forward(GroupOfTube([]byte(s.use), s.r.cfg.Groups), true, 0, s.put) {
+			if !s.forward(GroupOfTube([]byte(s.use), s.r.cfg.Groups), true, 0, true, s.put) {
 				return false
 			}
 		case codec.ExpectedCRLF:
-			s.out = append(s.out, codec.RepExpectedCRLF...)
+			s.reply(codec.RepExpectedCRLF)
 		case codec.JobTooBig:
-			s.out = append(s.out, codec.RepJobTooBig...)
+			s.reply(codec.RepJobTooBig)
 		case codec.Dropped:
-			s.out = append(s.out, codec.RepOutOfMemory...)
+			s.reply(codec.RepOutOfMemory)
 		case codec.LineTooLong:
-			s.out = append(s.out, codec.RepBadFormat...)
+			s.reply(codec.RepBadFormat)
 		}
 		if len(s.out) >= flushAt && !s.flush() {
 			return false
@@ -137,69 +158,170 @@ func (s *session) runBuffered() bool {
 func (s *session) command(st codec.Status, cmd *codec.Command, line []byte) bool {
 	switch st {
 	case codec.Unknown:
-		s.out = append(s.out, codec.RepUnknownCommand...)
+		s.reply(codec.RepUnknownCommand)
 		return true
 	case codec.BadFormat, codec.PauseTubeBadName:
-		s.out = append(s.out, codec.RepBadFormat...)
+		s.reply(codec.RepBadFormat)
 		return true
 	}
 	n := s.r.cfg.Groups
 	switch cmd.Op {
 	case codec.OpPut:
 		if !s.dec.Skipping() { // trailing garbage; else JOB_TOO_BIG comes
-			s.out = append(s.out, codec.RepBadFormat...)
+			s.reply(codec.RepBadFormat)
 		}
 	case codec.OpUse:
 		// At once, as on one server: the tube exists from here on.
 		s.use = string(cmd.Tube)
 		b, err := s.backend(GroupOfTube(cmd.Tube, n))
-		if err != nil || b.ensureUse(s.use) != nil {
+		if err != nil {
 			return false
 		}
-		s.out = codec.AppendUsing(s.out, cmd.Tube)
+		s.useAt(b, s.use)
+		s.reply(codec.AppendUsing(s.scratch[:0], cmd.Tube))
 	case codec.OpWatch:
 		t := string(cmd.Tube)
 		b, err := s.backend(GroupOfTube(cmd.Tube, n))
-		if err != nil || b.addWatch(t) != nil {
+		if err != nil {
 			return false
 		}
+		s.watchAt(b, t)
 		if !slices.Contains(s.watch, t) {
 			s.watch = append(s.watch, t)
 		}
-		s.out = codec.AppendWatching(s.out, uint64(len(s.watch)))
+		s.reply(codec.AppendWatching(s.scratch[:0], uint64(len(s.watch))))
 	case codec.OpIgnore:
 		t := string(cmd.Tube)
 		if i := slices.Index(s.watch, t); i >= 0 {
 			if len(s.watch) == 1 {
-				s.out = append(s.out, codec.RepNotIgnored...)
+				s.reply(codec.RepNotIgnored)
 				return true
 			}
 			s.watch = slices.Delete(s.watch, i, i+1)
 		}
-		s.out = codec.AppendWatching(s.out, uint64(len(s.watch)))
+		s.reply(codec.AppendWatching(s.scratch[:0], uint64(len(s.watch))))
 	case codec.OpListTubeUsed:
-		s.out = codec.AppendUsing(s.out, []byte(s.use))
+		s.reply(codec.AppendUsing(s.scratch[:0], []byte(s.use)))
 	case codec.OpListTubesWatched:
 		names := make([][]byte, len(s.watch))
 		for i, t := range s.watch {
 			names[i] = []byte(t)
 		}
-		s.out = codec.AppendTubeList(s.out, names)
+		s.reply(codec.AppendTubeList(s.scratch[:0], names))
 	case codec.OpQuit:
 		return false
 	case codec.OpReserve, codec.OpReserveWithTimeout:
 		return s.reserve(cmd, line)
-	case codec.OpPeekReady, codec.OpPeekDelayed, codec.OpPeekBuried, codec.OpKick:
-		return s.forward(GroupOfTube([]byte(s.use), n), true, 0, line)
-	case codec.OpStatsTube, codec.OpPauseTube:
-		return s.forward(GroupOfTube(cmd.Tube, n), false, 0, line)
-	case codec.OpReserveJob, codec.OpDelete, codec.OpRelease, codec.OpBury, codec.OpTouch,
-		codec.OpKickJob, codec.OpPeek, codec.OpStatsJob:
-		return s.forward(GroupOfID(cmd.ID, n), false, cmd.ID, line)
+	case codec.OpKick:
+		return s.forward(GroupOfTube([]byte(s.use), n), true, 0, true, line)
+	case codec.OpPeekReady, codec.OpPeekDelayed, codec.OpPeekBuried:
+		return s.forward(GroupOfTube([]byte(s.use), n), true, 0, false, line)
+	case codec.OpPauseTube:
+		return s.forward(GroupOfTube(cmd.Tube, n), false, 0, true, line)
+	case codec.OpStatsTube:
+		return s.forward(GroupOfTube(cmd.Tube, n), false, 0, false, line)
+	case codec.OpDelete, codec.OpRelease, codec.OpBury, codec.OpTouch, codec.OpKickJob:
+		return s.forward(GroupOfID(cmd.ID, n), false, cmd.ID, true, line)
+	case codec.OpReserveJob, codec.OpPeek, codec.OpStatsJob:
+		return s.forward(GroupOfID(cmd.ID, n), false, cmd.ID, false, line)
 	case codec.OpListTubes:
 		return s.listTubes()
 	case codec.OpStats:
 		return s.stats()
 	}
 	return true
+}
+
+// reply gives the client a reply of the router's own, behind those still
+// to come.
+func (s *session) reply(rep []byte) {
+	if len(s.pend) == 0 {
+		s.out = append(s.out, rep...)
+		return
+	}
+	s.pend = append(s.pend, pending{reply: bytes.Clone(rep)})
+}
+
+// settle sends what the backends were given and reads every reply still to
+// come, in order.
+func (s *session) settle() bool {
+	if len(s.pend) == 0 {
+		return true
+	}
+	for _, b := range s.b {
+		if b.wr.Buffered() > 0 && b.wr.Flush() != nil {
+			return false
+		}
+	}
+	for i := range s.pend {
+		p := &s.pend[i]
+		if p.b == nil {
+			s.out = append(s.out, p.reply...)
+			continue
+		}
+		rep, err := p.b.readReply()
+		if err != nil {
+			return false
+		}
+		if p.own != "" {
+			if !bytes.HasPrefix(rep, []byte(p.own)) {
+				s.r.cfg.Log.Warn().Int("group", p.b.g).Bytes("reply", bytes.TrimSpace(rep)).Str("want", p.own).
+					Msg("route: a group refused what the router asked of it for a session")
+				return false
+			}
+			continue
+		}
+		p.b.note(rep, p.id)
+		s.out = append(s.out, rep...)
+	}
+	clear(s.pend)
+	s.pend = s.pend[:0]
+	return true
+}
+
+// send queues a command for b, whose reply the client gets in its turn.
+func (s *session) send(b *backend, id uint64, parts ...[]byte) bool {
+	for _, p := range parts {
+		if _, err := b.wr.Write(p); err != nil {
+			return false
+		}
+	}
+	s.pend = append(s.pend, pending{b: b, id: id})
+	return len(s.pend) < window || s.settle()
+}
+
+// own queues a command the router sends b for itself.
+func (s *session) own(b *backend, want string, line string) {
+	_, _ = b.wr.WriteString(line)
+	s.pend = append(s.pend, pending{b: b, own: want})
+}
+
+// useAt has b use tube.
+func (s *session) useAt(b *backend, tube string) {
+	if b.use != tube {
+		s.own(b, "USING ", "use "+tube+"\r\n")
+		b.use = tube
+	}
+}
+
+// watchAt has b watch tube too.
+func (s *session) watchAt(b *backend, tube string) {
+	if !slices.Contains(b.watch, tube) {
+		s.own(b, "WATCHING ", "watch "+tube+"\r\n")
+		b.watch = append(b.watch, tube)
+	}
+}
+
+// watchExactly has b watch tubes (not empty) and no other: the new ones
+// first, so that its list is never left empty.
+func (s *session) watchExactly(b *backend, tubes []string) {
+	for _, t := range tubes {
+		s.watchAt(b, t)
+	}
+	for _, t := range slices.Clone(b.watch) {
+		if !slices.Contains(tubes, t) {
+			s.own(b, "WATCHING ", "ignore "+t+"\r\n")
+			b.watch = slices.DeleteFunc(b.watch, func(w string) bool { return w == t })
+		}
+	}
 }
