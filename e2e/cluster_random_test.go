@@ -46,7 +46,7 @@ type clusterHistory struct {
 	bodyOf   map[uint64]string // acknowledged puts
 	idOf     map[string]uint64
 	sent     map[string]bool // every put body sent
-	maxAcked map[int]uint64 // by group: ids increase per group
+	maxAcked map[int]uint64  // by group: ids increase per group
 	delSent  map[uint64]bool // a delete was sent (its outcome may be unknown)
 	// reservedBody maps each body a worker reserved to the job's id: how a
 	// put whose answer never came is matched to its job.
