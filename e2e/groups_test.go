@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -377,4 +380,108 @@ func TestGroupsPipelinedCommandsAreAnsweredInOrder(t *testing.T) {
 	}
 	mustSend(t, c, send.String())
 	expect(t, c, want.String())
+}
+
+// With the links' TLS files, a node of many groups serves its TLS clients
+// through any node, and the groups' internal listeners speak the links'
+// mutual TLS: a client's certificate, or none, gets nothing from them.
+func TestGroupsInternalListenersTakeOnlyNodes(t *testing.T) {
+	t.Parallel()
+	const groups = 3
+	ca := newTestCA(t, "cluster CA")
+	certs := t.TempDir()
+	tc := newTestCluster(t, 3)
+	tc.args = []string{"--groups", strconv.Itoa(groups)}
+	tlsAddr := map[*clusterNode]string{}
+	for _, nd := range tc.nodes {
+		port, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tlsAddr[nd] = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		tc.start(nd, append(plainHTTP(nodeTLSArgs(t, ca, certs, nd.id)), "--tls-listen", tlsAddr[nd])...)
+	}
+	_, _, worker := ca.issue(t, "worker", clientCert)
+	dialTLS := func(addr string) *bufio.ReadWriter {
+		t.Helper()
+		nc, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+			&tls.Config{RootCAs: ca.pool(), Certificates: []tls.Certificate{worker}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		nc.SetDeadline(time.Now().Add(30 * time.Second))
+		return bufio.NewReadWriter(bufio.NewReader(nc), bufio.NewWriter(nc))
+	}
+	call := func(rw *bufio.ReadWriter, cmd string) string {
+		t.Helper()
+		rw.WriteString(cmd)
+		rw.Flush()
+		line, err := rw.ReadString('\n')
+		if err != nil {
+			t.Fatalf("%q: %v", cmd, err)
+		}
+		return line
+	}
+	for g := 1; g <= groups; g++ {
+		tube := tubeOfGroup(g, groups, "s")
+		p := dialTLS(tlsAddr[tc.nodes[g-1]])
+		if got := call(p, "use "+tube+"\r\n"); got != "USING "+tube+"\r\n" {
+			t.Fatalf("use over TLS: %q", got)
+		}
+		var line string
+		waitFor(t, 60*time.Second, "a put over TLS to group "+strconv.Itoa(g), func() bool {
+			line = call(p, "put 0 0 60 2\r\nhi\r\n")
+			return strings.HasPrefix(line, "INSERTED ")
+		})
+		w := dialTLS(tlsAddr[tc.nodes[g%len(tc.nodes)]])
+		call(w, "watch "+tube+"\r\n")
+		call(w, "ignore default\r\n")
+		id := strings.TrimSuffix(strings.TrimPrefix(line, "INSERTED "), "\r\n")
+		if got := call(w, "reserve-with-timeout 5\r\n"); got != "RESERVED "+id+" 2\r\n" {
+			t.Fatalf("reserve over TLS through another node: %q, want job %s", got, id)
+		}
+	}
+	// Every internal listener the nodes announced refuses a client's
+	// certificate, and a plaintext client.
+	var internal []string
+	for _, nd := range tc.nodes {
+		for _, l := range strings.Split(nd.srv.out.String(), "\n") {
+			if strings.Contains(l, "leading a data group") {
+				_, addr, _ := strings.Cut(l, "internal=")
+				internal = append(internal, strings.Fields(addr)[0])
+			}
+		}
+	}
+	if len(internal) < groups {
+		t.Fatalf("%d internal listeners in the nodes' logs, want %d", len(internal), groups)
+	}
+	for _, addr := range internal {
+		nc, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+			&tls.Config{RootCAs: ca.pool(), Certificates: []tls.Certificate{worker}})
+		if err == nil {
+			nc.SetDeadline(time.Now().Add(10 * time.Second))
+			fmt.Fprintf(nc, "stats\r\n")
+			_, err = bufio.NewReader(nc).ReadString('\n')
+			nc.Close()
+		}
+		if err == nil {
+			t.Fatalf("the internal listener %s answered a client's certificate", addr)
+		}
+		if got := try(addr, "stats\r\n", 5*time.Second); got != "" {
+			t.Fatalf("the internal listener %s answered a plaintext client: %q", addr, got)
+		}
+	}
+}
+
+// quit, pipelined behind commands still on their way to their groups,
+// lets their replies out first, as one server does.
+func TestGroupsQuitAnswersWhatCameBefore(t *testing.T) {
+	tc := startGroupsCluster(t, 3, 3)
+	tube := tubeOfGroup(2, 3, "q")
+	got := try(tc.nodes[0].srv.addr, "use "+tube+"\r\nput 0 0 60 1\r\nq\r\nput 0 0 60 1\r\nr\r\nquit\r\nput 0 0 60 1\r\nz\r\n", 10*time.Second)
+	lines := strings.Split(got, "\r\n")
+	if len(lines) != 4 || lines[0] != "USING "+tube || !strings.HasPrefix(lines[1], "INSERTED ") || !strings.HasPrefix(lines[2], "INSERTED ") || lines[3] != "" {
+		t.Fatalf("replies before a quit: %q", got)
+	}
 }

@@ -209,6 +209,9 @@ func (s *session) command(st codec.Status, cmd *codec.Command, line []byte) bool
 		}
 		s.reply(codec.AppendTubeList(s.scratch[:0], names))
 	case codec.OpQuit:
+		// What came before it is answered.
+		s.settle()
+		s.flush()
 		return false
 	case codec.OpReserve, codec.OpReserveWithTimeout:
 		return s.reserve(cmd, line)
