@@ -337,3 +337,14 @@ func NodeTLS(cert tls.Certificate, ca *x509.CertPool) *tls.Config {
 		MinVersion:   tls.VersionTLS12,
 	}
 }
+
+// NodeOnlyTLS is NodeTLS checking, beyond the CA's signature, that the
+// peer is a node (verifyNode): for what only nodes may reach besides the
+// raft port, the data groups' internal listeners, and the connections
+// routers open to them. A client's certificate from the same CA is
+// refused there as on the raft port.
+func NodeOnlyTLS(cert tls.Certificate, ca *x509.CertPool) *tls.Config {
+	c := NodeTLS(cert, ca)
+	c.VerifyConnection = func(cs tls.ConnectionState) error { return verifyNode(cs.PeerCertificates, nil) }
+	return c
+}

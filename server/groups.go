@@ -35,7 +35,7 @@ func (s *Server) runGroups(host *cluster.Host) int {
 	if files := s.linkFiles; files != nil {
 		linkTLS = func() *tls.Config {
 			c := files.Loaded()
-			return cluster.NodeTLS(c.Certificates[0], c.ClientCAs)
+			return cluster.NodeOnlyTLS(c.Certificates[0], c.ClientCAs)
 		}
 	}
 	dial := func(addr string) (net.Conn, error) {
