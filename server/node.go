@@ -35,11 +35,10 @@ func (s *Server) runNode() int {
 		return code
 	}
 	node := host.Groups[0]
+	s.hup.node.Store(node)
 	if cfg.Groups > 0 {
-		s.hup.node.Store(node)
 		return s.runGroups(host)
 	}
-	s.hup.node.Store(node)
 	// From here on the node takes Drain and Stop: following takes a stop
 	// and remembers a drain (the node's clients are served elsewhere; it
 	// drains each time it leads); leading, serve takes both. A signal
