@@ -96,7 +96,8 @@ fuzz-short:
 # certificate reloads, whose paths run once, in order, between elections
 # (stress runs them race-built too). And the thousand parked flooders, a
 # bound on memory that makes the race build take in 512 MiB of input.
-RACE_E2E_SKIP_TESTS := TestRaftPortFloodOfSilentConnectionsDoesNotStopAFailover TestClusterFailoverTime \
+RACE_E2E_SKIP_TESTS := TestRaftPortFloodOfSilentConnectionsDoesNotStopAFailover TestClusterFailoverTime TestGroupsFailoverTime \
+	TestGroupsInternalListenersTakeOnlyNodes \
 	TestClusterSeededFromABeanstalkdBinlog TestThousandParkedFloodersStayBounded \
 	TestClusterStatusJoinAndTransferThroughTheHTTPSide TestClusterStatusAndJoinOverHTTPS \
 	TestClusterStatusWithoutTheTokenRevealsNoTopology \
