@@ -153,6 +153,8 @@ func TestGroupsServeEveryCommandThroughAnyNode(t *testing.T) {
 	}
 	mustSend(t, c, "list-tube-used\r\nlist-tubes-watched\r\n")
 	expect(t, c, "USING default\r\nOK 14\r\n---\n- default\n\r\n")
+	t.Run("pipelined commands are answered in order", func(t *testing.T) { pipelinedInOrder(t, tc, groups) })
+	t.Run("quit answers what came before it", func(t *testing.T) { quitAnswersWhatCameBefore(t, tc) })
 }
 
 // A reserve over tubes of several groups takes the most urgent job any of
@@ -347,12 +349,10 @@ func TestGroupsKillingANodeStopsOnlyTheGroupsItLed(t *testing.T) {
 	}
 }
 
-// Commands a client pipelines through a node are answered in the order it
-// sent them, whichever group runs each and whether the router answers it
-// itself.
-func TestGroupsPipelinedCommandsAreAnsweredInOrder(t *testing.T) {
-	const groups = 3
-	tc := startGroupsCluster(t, 3, groups)
+// pipelinedInOrder checks that commands a client pipelines through a node
+// are answered in the order it sent them, whichever group runs each and
+// whether the router answers it itself.
+func pipelinedInOrder(t *testing.T, tc *testCluster, groups int) {
 	c := tc.nodes[1].srv.dial(t)
 	var send, want strings.Builder
 	ids := map[int]uint64{}
@@ -475,10 +475,10 @@ func TestGroupsInternalListenersTakeOnlyNodes(t *testing.T) {
 	}
 }
 
-// quit, pipelined behind commands still on their way to their groups,
-// lets their replies out first, as one server does.
-func TestGroupsQuitAnswersWhatCameBefore(t *testing.T) {
-	tc := startGroupsCluster(t, 3, 3)
+// quitAnswersWhatCameBefore checks that a quit pipelined behind commands
+// still on their way to their groups lets their replies out first, as one
+// server does.
+func quitAnswersWhatCameBefore(t *testing.T, tc *testCluster) {
 	tube := tubeOfGroup(2, 3, "q")
 	got := try(tc.nodes[0].srv.addr, "use "+tube+"\r\nput 0 0 60 1\r\nq\r\nput 0 0 60 1\r\nr\r\nquit\r\nput 0 0 60 1\r\nz\r\n", 10*time.Second)
 	lines := strings.Split(got, "\r\n")
