@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -153,6 +154,24 @@ func TestGroupsServeEveryCommandThroughAnyNode(t *testing.T) {
 	}
 	mustSend(t, c, "list-tube-used\r\nlist-tubes-watched\r\n")
 	expect(t, c, "USING default\r\nOK 14\r\n---\n- default\n\r\n")
+	t.Run("beanpole cluster groups", func(t *testing.T) {
+		out, err := exec.Command(target.bin, "cluster", "groups", "--http", tc.nodes[0].http, "--token-file", tc.token).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var gs []groupStatus
+		if err := json.Unmarshal(out, &gs); err != nil || len(gs) != 1+groups {
+			t.Fatalf("%d groups (%v):\n%s", len(gs), err, out)
+		}
+		for g, st := range gs {
+			if st.Group != g || st.Leader == "" || st.Members != 3 || g > 0 && st.Jobs < 1 {
+				t.Fatalf("group %d: %+v", g, st)
+			}
+		}
+		if out, err := exec.Command(target.bin, "cluster", "groups", "--http", tc.nodes[0].http).CombinedOutput(); err == nil {
+			t.Fatalf("the groups without the token:\n%s", out)
+		}
+	})
 	t.Run("pipelined commands are answered in order", func(t *testing.T) { pipelinedInOrder(t, tc, groups) })
 	t.Run("quit answers what came before it", func(t *testing.T) { quitAnswersWhatCameBefore(t, tc) })
 }
