@@ -38,6 +38,8 @@ func cParse(line []byte) (Status, Command) {
 		{"ignore ", OpIgnore}, {"list-tubes-watched", OpListTubesWatched},
 		{"list-tube-used", OpListTubeUsed}, {"list-tubes", OpListTubes},
 		{"quit", OpQuit}, {"pause-tube", OpPauseTube},
+		// beanpole's own, after upstream's.
+		{"beanpole-cancel-wait", OpCancelWait}, {"beanpole-unreserve ", OpUnreserve},
 	}
 	plen := 0
 	for _, e := range table {
@@ -66,13 +68,13 @@ func cParse(line []byte) (Status, Command) {
 		return OK, cmd
 
 	case OpPeekReady, OpPeekDelayed, OpPeekBuried, OpReserve, OpStats,
-		OpListTubesWatched, OpListTubeUsed, OpListTubes:
+		OpListTubesWatched, OpListTubeUsed, OpListTubes, OpCancelWait:
 		if cmdLen != plen {
 			return BadFormat, Command{Op: cmd.Op}
 		}
 		return OK, cmd
 
-	case OpPeek, OpReserveJob, OpDelete, OpKickJob, OpTouch, OpStatsJob:
+	case OpPeek, OpReserveJob, OpDelete, OpKickJob, OpTouch, OpStatsJob, OpUnreserve:
 		id, end, ok := cReadUint(buf, p, math.MaxUint64)
 		if !ok || buf[end] != 0 {
 			return BadFormat, Command{Op: cmd.Op}

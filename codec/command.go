@@ -6,6 +6,8 @@ package codec
 
 // Op identifies a parsed command. The order of the constants is the order in
 // which upstream's which_cmd tries its prefixes; Parse relies on it.
+// beanpole's own commands, for internal connections only (Internal), follow
+// upstream's: none of upstream's prefixes starts with theirs' "be".
 type Op uint8
 
 const (
@@ -35,8 +37,24 @@ const (
 	OpListTubes
 	OpQuit
 	OpPauseTube
+	// beanpole-cancel-wait: cancels the internal connection's parked
+	// reserve (see the loop package).
+	OpCancelWait
+	// beanpole-unreserve <id>: gives back a job the internal connection
+	// reserved, counting no release.
+	OpUnreserve
 	NumOps
 )
+
+// Internal reports whether op is one of beanpole's own commands, which
+// only internal connections (a router's, loop.Server.ServeInternal) may
+// use: to any other connection they are unknown, as they are to upstream.
+func (op Op) Internal() bool { return op >= OpCancelWait && op < NumOps }
+
+// CancelWaitLine is the whole line of beanpole-cancel-wait.
+const CancelWaitLine = cancelWait + "\r\n"
+
+const cancelWait = "beanpole-cancel-wait"
 
 // Status is the outcome of parsing one command line.
 type Status uint8
@@ -66,7 +84,7 @@ const (
 // only valid while that line is.
 type Command struct {
 	Op      Op
-	ID      uint64 // peek, reserve-job, delete, release, bury, kick-job, touch, stats-job
+	ID      uint64 // peek, reserve-job, delete, release, bury, kick-job, touch, stats-job, beanpole-unreserve
 	Pri     uint32 // put, release, bury
 	Delay   uint32 // put, release, pause-tube (seconds)
 	TTR     uint32 // put (seconds, as given: the server raises 0 to 1)

@@ -20,7 +20,7 @@ import (
 // The seed corpus is in testdata/fuzz/FuzzParse, one or more lines per
 // command; run `go test -run='^$' -fuzz=FuzzParse ./codec` to explore.
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{"put 0 0 0 0", "pause-tube foo 1", "kick -1"} {
+	for _, s := range []string{"put 0 0 0 0", "pause-tube foo 1", "kick -1", "beanpole-cancel-wait", "beanpole-unreserve 1"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
@@ -100,7 +100,7 @@ func formatCommand(c *Command) []byte {
 	switch c.Op {
 	case OpPut:
 		s = fmt.Sprintf("put %d %d %d %d", c.Pri, c.Delay, c.TTR, c.Bytes)
-	case OpPeek, OpReserveJob, OpDelete, OpKickJob, OpTouch, OpStatsJob:
+	case OpPeek, OpReserveJob, OpDelete, OpKickJob, OpTouch, OpStatsJob, OpUnreserve:
 		s = c.Op.String() + " " + u(c.ID)
 	case OpReserveWithTimeout:
 		s = "reserve-with-timeout " + u(uint64(c.Timeout))

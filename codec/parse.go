@@ -11,7 +11,8 @@ import (
 // declared in which_cmd's order, so walking ops upwards is trying prefixes in
 // upstream's order, which decides e.g. that "stats-job" (no space) is a
 // malformed "stats" and "quitx" is a quit. Note the trailing spaces: "put"
-// alone matches nothing, "put " is a put.
+// alone matches nothing, "put " is a put. beanpole's own commands come last
+// and follow the same rules.
 var prefixes = [NumOps]string{
 	OpPut:                "put ",
 	OpPeek:               "peek ",
@@ -38,6 +39,8 @@ var prefixes = [NumOps]string{
 	OpListTubes:          "list-tubes",
 	OpQuit:               "quit",
 	OpPauseTube:          "pause-tube",
+	OpCancelWait:         cancelWait,
+	OpUnreserve:          "beanpole-unreserve ",
 }
 
 // byFirstByte lists, for each possible first byte of a line, the ops whose
@@ -132,7 +135,7 @@ func Parse(line []byte, cmd *Command) Status {
 		return OK
 
 	case OpPeekReady, OpPeekDelayed, OpPeekBuried, OpReserve, OpStats,
-		OpListTubesWatched, OpListTubeUsed, OpListTubes:
+		OpListTubesWatched, OpListTubeUsed, OpListTubes, OpCancelWait:
 		// Commands without arguments: upstream compares the whole line
 		// length with the prefix, so "stats " and "statsx" are BAD_FORMAT.
 		if len(args) != 0 {
@@ -140,7 +143,7 @@ func Parse(line []byte, cmd *Command) Status {
 		}
 		return OK
 
-	case OpPeek, OpReserveJob, OpDelete, OpKickJob, OpTouch, OpStatsJob:
+	case OpPeek, OpReserveJob, OpDelete, OpKickJob, OpTouch, OpStatsJob, OpUnreserve:
 		var rest []byte
 		cmd.ID, rest, ok = readU64(args)
 		if !strict(rest, ok) {

@@ -73,6 +73,18 @@ var recognitionCases = []parseCase{
 	bad("\x00", OpNone), bad("use a\x00b", OpNone), bad("stats\x00", OpNone),
 	bad("\x00stats", OpNone), bad("put 0 0 0 1\x00", OpNone), bad("quit\x00", OpNone),
 	bad("nonsense\x00", OpNone),
+	// beanpole's own commands (internal connections only, which the loop
+	// decides) follow the same rules: no argument, the line matches
+	// exactly; an id, strict as delete's.
+	okOp("beanpole-cancel-wait", OpCancelWait),
+	bad("beanpole-cancel-wait ", OpCancelWait), bad("beanpole-cancel-waitx", OpCancelWait),
+	unknown("beanpole-cancel-wai"), unknown("beanpole"), unknown("be"),
+	ok("beanpole-unreserve 7", Command{Op: OpUnreserve, ID: 7}),
+	ok("beanpole-unreserve 18446744073709551615", Command{Op: OpUnreserve, ID: math.MaxUint64}),
+	unknown("beanpole-unreserve"),
+	bad("beanpole-unreserve ", OpUnreserve), bad("beanpole-unreserve 1 ", OpUnreserve),
+	bad("beanpole-unreserve 1 2", OpUnreserve), bad("beanpole-unreserve -1", OpUnreserve),
+	bad("beanpole-unreserve 18446744073709551616", OpUnreserve),
 }
 
 // Numbers.
@@ -324,6 +336,19 @@ func TestLongestCommand(t *testing.T) {
 	}
 }
 
+func TestInternalOps(t *testing.T) {
+	for op := OpNone; op <= NumOps; op++ {
+		if want := op == OpCancelWait || op == OpUnreserve; op.Internal() != want {
+			t.Errorf("%v.Internal() = %v, want %v", op, !want, want)
+		}
+	}
+	var cmd Command
+	if st := Parse([]byte(CancelWaitLine[:len(CancelWaitLine)-2]), &cmd); st != OK || cmd.Op != OpCancelWait ||
+		CancelWaitLine[len(CancelWaitLine)-2:] != "\r\n" {
+		t.Fatalf("CancelWaitLine %q parses to %v %v", CancelWaitLine, st, cmd.Op)
+	}
+}
+
 // Tube points into the line (no copy) and cannot be appended into it.
 func TestParseTubeAliasesLine(t *testing.T) {
 	for _, line := range []string{"use foo", "watch foo", "ignore foo", "stats-tube foo", "pause-tube  foo 1"} {
@@ -357,8 +382,8 @@ func TestPrefixOrder(t *testing.T) {
 		"list-tubes-watched", "list-tube-used", "list-tubes", "quit",
 		"pause-tube",
 	}
-	if int(NumOps)-1 != len(upstream) {
-		t.Fatalf("NumOps = %d, upstream has %d commands", NumOps, len(upstream))
+	if int(OpCancelWait)-1 != len(upstream) {
+		t.Fatalf("%d ops before beanpole's own, upstream has %d commands", OpCancelWait-1, len(upstream))
 	}
 	for i, p := range upstream {
 		if got := prefixes[Op(i+1)]; got != p {
@@ -379,7 +404,8 @@ func TestOpString(t *testing.T) {
 	for op, want := range map[Op]string{
 		OpNone: "unknown", OpPut: "put", OpPeekReady: "peek-ready",
 		OpReserveWithTimeout: "reserve-with-timeout", OpPauseTube: "pause-tube",
-		OpQuit: "quit", NumOps: "unknown",
+		OpQuit: "quit", OpCancelWait: "beanpole-cancel-wait", OpUnreserve: "beanpole-unreserve",
+		NumOps: "unknown",
 	} {
 		if got := op.String(); got != want {
 			t.Errorf("Op(%d).String() = %q, want %q", op, got, want)

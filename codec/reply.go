@@ -24,6 +24,12 @@ var (
 	RepUnknownCommand = []byte("UNKNOWN_COMMAND\r\n")
 )
 
+// Replies to beanpole's own commands (Op.Internal).
+var (
+	RepNotWaiting = []byte("NOT_WAITING\r\n") // beanpole-cancel-wait with no reserve parked
+	RepUnreserved = []byte("UNRESERVED\r\n")
+)
+
 // crlf ends every reply line.
 const crlf = "\r\n"
 

@@ -42,7 +42,7 @@ type Client struct {
 	closed    bool
 	// The loop's own fields, packed beside closed (separate bytes, so no
 	// sharing) to keep a Client at 88 bytes (TestClientFitsIn88Bytes).
-	roles uint8  // producer, worker: counted in current-producers/-workers
+	roles uint8  // producer, worker: counted in current-producers/-workers; internal
 	shard uint16 // the loop's counter shard
 
 	// The rest exists only for connections that need it, so that an idle
@@ -118,6 +118,7 @@ func (e *Engine) InitAccepted(c *Client, shard int, w Waker) {
 const (
 	producer uint8 = 1 << iota
 	worker
+	internal // the loop's mark, which the engine does not read (SetInternal)
 )
 
 // Used is the tube put and peek-* work on.
@@ -158,6 +159,12 @@ func (c *Client) MarkWorker() {
 		c.e.ctr.add(int(c.shard), cWorkers, 1)
 	}
 }
+
+// SetInternal marks the connection as internal (a router's, which may use
+// beanpole's own commands); Internal reports the mark. It is the loop's,
+// kept here because a Client has room for it and the loop's conn has none.
+func (c *Client) SetInternal()   { c.roles |= internal }
+func (c *Client) Internal() bool { return c.roles&internal != 0 }
 
 // Use switches the used tube. ok is false, and nothing changed, when the
 // tube is new and does not fit under the memory ceiling (OUT_OF_MEMORY).

@@ -196,6 +196,27 @@ func (c *Client) Release(id uint64, pri uint32, delay time.Duration) (bool, erro
 	if j == nil {
 		return false, nil
 	}
+	return true, c.release(j, pri, delay, 1)
+}
+
+// Unreserve gives back a job c holds as a release with the job's own
+// priority and no delay does, but counts no release: a router that
+// reserved on several groups at once puts back the job a group handed out
+// after another group answered first, and nobody released it. Its record
+// is that release's, with the job's counters as they are. Errors as
+// Release's.
+func (c *Client) Unreserve(id uint64) (bool, error) {
+	j := c.lockReserved(id)
+	if j == nil {
+		return false, nil
+	}
+	return true, c.release(j, j.Pri, 0, 0)
+}
+
+// release is Release and Unreserve for j, which c holds, with its tube
+// locked (lockReserved); it counts releases (0 or 1) in j's releases and
+// unlocks the tube.
+func (c *Client) release(j *Job, pri uint32, delay time.Duration, releases uint32) error {
 	t := j.Tube
 	now := c.e.mono()
 	if c.e.jl != nil {
@@ -204,10 +225,10 @@ func (c *Client) Release(id uint64, pri uint32, delay time.Duration) (bool, erro
 			deadline = c.e.wall(now + int64(delay))
 		}
 		cnt := j.counters()
-		cnt.Releases++
-		if err := c.logged(c.e.jl.Release(id, pri, delay, deadline, cnt, c.ack())); err != nil {
+		cnt.Releases += releases
+		if err := c.logged(c.e.jl.Release(j.ID, pri, delay, deadline, cnt, c.ack())); err != nil {
 			t.mu.Unlock()
-			return true, err
+			return err
 		}
 	}
 	t.remove(j, int(c.shard))
@@ -215,7 +236,7 @@ func (c *Client) Release(id uint64, pri uint32, delay time.Duration) (bool, erro
 	j.owner = nil
 	j.Pri = pri
 	j.delay = seconds(delay)
-	j.releases++
+	j.releases += releases
 	var cl claims
 	if delay > 0 {
 		j.deadline = now + int64(delay)
@@ -228,7 +249,7 @@ func (c *Client) Release(id uint64, pri uint32, delay time.Duration) (bool, erro
 	}
 	t.mu.Unlock()
 	cl.deliver(nil)
-	return true, nil
+	return nil
 }
 
 // Bury moves a job c holds to the tail of its tube's buried list.

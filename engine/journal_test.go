@@ -396,3 +396,87 @@ func TestWallOffsetMovesRecordedDeadlinesByTheOffset(t *testing.T) {
 		}
 	}
 }
+
+// releaseJournal is a fakeJournal that also keeps what each release record
+// says.
+type releaseJournal struct {
+	*fakeJournal
+	releases []releaseRecord
+}
+
+type releaseRecord struct {
+	id       uint64
+	pri      uint32
+	delay    time.Duration
+	deadline int64
+	cnt      record.Counters
+}
+
+func (r *releaseJournal) Release(id uint64, pri uint32, delay time.Duration, deadline int64, c record.Counters, ack record.Ack) error {
+	r.releases = append(r.releases, releaseRecord{id, pri, delay, deadline, c})
+	return r.fakeJournal.Release(id, pri, delay, deadline, c, ack)
+}
+
+// Unreserve gives a job back to ready with its priority, serving a waiting
+// reserver, and counts no release: not in the job, not in its record,
+// which is what a release with the job's priority and no delay writes.
+func TestUnreserveCountsNoRelease(t *testing.T) {
+	e := New(1)
+	rj := &releaseJournal{fakeJournal: &fakeJournal{}}
+	e.SetJournal(rj)
+	c, _ := newTestClient(e, 1)
+	other, _ := newTestClient(e, 1)
+	j := put(t, c, 7, 0, "x")
+	rj.ackNext(1, nil)
+	if got, o := c.Reserve(e.Now(), 0); o != GotJob || got != j {
+		t.Fatalf("reserve: %v %v", got, o)
+	}
+	if ok, err := other.Unreserve(j.ID); ok || err != nil {
+		t.Fatalf("another client's Unreserve = %v, %v; want false, nil", ok, err)
+	}
+	if ok, err := c.Unreserve(j.ID + 1); ok || err != nil {
+		t.Fatalf("Unreserve of a job nobody holds = %v, %v; want false, nil", ok, err)
+	}
+	if ok, err := c.Unreserve(j.ID); !ok || err != nil {
+		t.Fatalf("Unreserve = %v, %v", ok, err)
+	}
+	want := releaseRecord{id: j.ID, pri: 7, cnt: record.Counters{Reserves: 1}}
+	if len(rj.releases) != 1 || rj.releases[0] != want {
+		t.Fatalf("records %+v, want one release %+v", rj.releases, want)
+	}
+	var st codec.JobStats
+	if !e.StatsJob(j.ID, &st) || st.State != "ready" || st.Releases != 0 || st.Reserves != 1 || st.Pri != 7 {
+		t.Fatalf("stats-job after Unreserve: %+v", st)
+	}
+	if ok, _ := c.Unreserve(j.ID); ok {
+		t.Fatal("a second Unreserve found the job reserved")
+	}
+
+	// A release of the same job counts one, in the job and in its record:
+	// the two share their code, not their counting.
+	w, wch := newTestClient(e, 1)
+	if _, o := w.Reserve(e.Now(), -1); o != GotJob {
+		t.Fatal("the unreserved job is not ready")
+	}
+	if ok, err := w.Release(j.ID, 7, 0); !ok || err != nil {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	if !e.StatsJob(j.ID, &st) || st.Releases != 1 || rj.releases[1].cnt.Releases != 1 {
+		t.Fatalf("after a release: stats %+v, record %+v", st, rj.releases[1])
+	}
+
+	// A reserver that waits is served by an Unreserve.
+	if _, o := c.Reserve(e.Now(), 0); o != GotJob {
+		t.Fatal("reserve again")
+	}
+	if _, o := w.Reserve(e.Now(), -1); o != Parked {
+		t.Fatal("the worker should park")
+	}
+	if ok, _ := c.Unreserve(j.ID); !ok {
+		t.Fatal("Unreserve of the job reserved again")
+	}
+	<-wch
+	if got, o := w.TakeWakeup(); o != GotJob || got != j {
+		t.Fatalf("waiting worker got %v %v", got, o)
+	}
+}

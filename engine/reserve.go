@@ -287,9 +287,10 @@ func (c *Client) TakeWakeup() (*Job, Outcome) {
 	return nil, Parked
 }
 
-// CancelWait is for a parked connection that is half-closed by its peer:
-// upstream answers TIMED_OUT. It reports whether the wait was still open
-// (so the caller should answer TIMED_OUT). A wait that already has its
+// CancelWait is for a parked connection that is half-closed by its peer
+// (upstream answers TIMED_OUT), or whose router cancels the wait because
+// another group answered first (beanpole-cancel-wait). It reports whether
+// the wait was still open (so the caller should answer TIMED_OUT). A wait that already has its
 // answer (a job assigned, a timeout, DEADLINE_SOON) is left for
 // TakeWakeup to return: an assigned job is then the client's like any job
 // it reserved, and Close gives it back if the client never deletes it.

@@ -35,12 +35,27 @@ import (
 // binlog must never fail to open a segment because clients took every
 // descriptor.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.serve(ln, nil)
+	return s.serve(ln, nil, nil)
 }
 
+// ServeInternal is Serve for the listener of a node's routers, which
+// forward their clients' commands to this server when it leads the group
+// of the commands' tubes. Its connections are internal: they may use
+// beanpole's own commands (codec.Op.Internal), and they are read while a
+// reserve waits, so that the router can cancel the wait (pass). In all
+// else they are as Serve's: the same engine, fence, limits and stats.
+func (s *Server) ServeInternal(ln net.Listener) error {
+	return s.serve(ln, nil, internalConn{})
+}
+
+// internalConn is the gnet context an internal connection is enrolled
+// with (ServeInternal); OnOpen marks its client.
+type internalConn struct{}
+
 // serve is Serve, handing each accepted descriptor to hand instead of
-// gnet when hand is not nil (ServeTLS).
-func (s *Server) serve(ln net.Listener, hand func(fd int, local net.Addr)) error {
+// gnet when hand is not nil (ServeTLS), or else enrolling it in gnet with
+// ctx as its context.
+func (s *Server) serve(ln net.Listener, hand func(fd int, local net.Addr), ctx any) error {
 	lf, err := listenerFile(ln)
 	if err != nil {
 		return err
@@ -62,7 +77,7 @@ func (s *Server) serve(ln net.Listener, hand func(fd int, local net.Addr)) error
 	s.mu.Unlock()
 	defer s.acceptWG.Done()
 
-	a := acceptor{s: s, network: "tcp", local: ln.Addr(), queued: true, hand: hand}
+	a := acceptor{s: s, network: "tcp", local: ln.Addr(), queued: true, hand: hand, ctx: ctx}
 	if _, ok := ln.(*net.UnixListener); ok {
 		a.network, a.queued = "unix", false
 	}
@@ -162,7 +177,7 @@ func (a *acceptor) acceptAll(lfd int) bool {
 			// Counted now, not when its loop opens it: stats on a
 			// connection opened after this one must count this one.
 			a.s.eng.Accepted(0)
-			if err := a.s.cli.EnrollFD(fd, a.network, a.local, nil, nil); err != nil {
+			if err := a.s.cli.EnrollFD(fd, a.network, a.local, nil, a.ctx); err != nil {
 				a.s.eng.Unaccepted(0)
 				a.failed(-1, err) // fd is closed: that client is answered already
 				continue
@@ -199,6 +214,8 @@ type acceptor struct {
 	// hand, when set, takes each accepted descriptor instead of gnet
 	// (ServeTLS).
 	hand func(fd int, local net.Addr)
+	// ctx is the context a connection is enrolled with (ServeInternal's).
+	ctx any
 }
 
 // failed handles an accept or enroll error: out of descriptors, it sheds

@@ -94,8 +94,13 @@ func (c *conn) hungUp() bool { return c.gc.PeerClosed() || c.gc.PeerHangup() }
 // reserve, the common case) is left alone: pausing and resuming it would
 // cost two epoll_ctl calls per wait. It is paused at its first read that
 // cannot be served, so gnet still buffers at most one read of it.
+//
+// An internal connection (ServeInternal) is read while its reserve waits,
+// so that the router's cancel line is seen (cancelParked); what it sends
+// meanwhile is bounded by checkInputCap, as a waiting connection's.
 func (c *conn) setReading() {
-	pause := c.closing || (c.parked || c.awaiting || c.throttled || c.ls.yielded) && c.gc.InboundBuffered() > 0
+	pause := c.closing || (c.parked && !c.cl.Internal() || c.awaiting || c.throttled || c.ls.yielded) &&
+		c.gc.InboundBuffered() > 0
 	if pause == c.readPaused || c.closed {
 		return
 	}

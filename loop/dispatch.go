@@ -9,6 +9,18 @@ import (
 	"github.com/panjf2000/gnet/v2"
 )
 
+// hideInternal is the status of a line for c: beanpole's own commands
+// (codec.Op.Internal) are unknown to a connection that is not internal
+// (ServeInternal), as they are to upstream, so that the public protocol
+// stays upstream's byte for byte: UNKNOWN_COMMAND, counted nowhere,
+// waiting for nothing.
+func hideInternal(c *conn, st codec.Status, op codec.Op) codec.Status {
+	if op.Internal() && !c.cl.Internal() {
+		return codec.Unknown
+	}
+	return st
+}
+
 // dispatch runs one parsed command line. Replies go to the loop's batch.
 func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Action {
 	out := &c.ls.out
@@ -147,6 +159,13 @@ func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Act
 		s.tubeList(c, names)
 		clear(names)
 		c.ls.tubes = names
+	case codec.OpCancelWait:
+		// A parked reserve takes its cancel line before any command runs
+		// (cancelParked): here nothing waits, or the wait had its answer.
+		out.buf = append(out.buf, codec.RepNotWaiting...)
+	case codec.OpUnreserve:
+		ok, err := cl.Unreserve(cmd.ID)
+		s.okErr(out, ok, err, codec.RepUnreserved)
 	case codec.OpQuit:
 		return gnet.Close
 	}

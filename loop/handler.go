@@ -29,6 +29,9 @@ func (h *handler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		s.eng.InitClient(&c.cl, c.ls.shard, c)
 	} else {
 		s.eng.InitAccepted(&c.cl, c.ls.shard, c) // counted by the acceptor
+		if _, ok := gc.Context().(internalConn); ok {
+			c.cl.SetInternal()
+		}
 	}
 	gc.SetContext(c)
 	if s.cfg.Verbosity > 0 {

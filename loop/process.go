@@ -28,7 +28,8 @@ const headRead = 1 << 10
 
 // process runs c's pass: every complete command buffered for c, in order,
 // with their replies sent in one write. It stops early at a reserve that has
-// to wait (the rest stays in gnet's buffer until the reserve is answered),
+// to wait (the rest stays in gnet's buffer until the reserve is answered, or
+// cancelled: cancelParked),
 // at a command that must wait for c's binlog records (see awaitFor) or
 // for room for its held replies (heldFull), when
 // output backs up, at quit, or at the end of its time slice (passSlice). It
@@ -100,13 +101,12 @@ func (s *Server) pass(c *conn) gnet.Action {
 			return gnet.Close
 		}
 	}
-	if c.parked && c.hungUp() && c.cl.CancelWait() {
-		// As upstream: a client that hangs up while its reserve waits gets
-		// TIMED_OUT, and the commands it sent after the reserve still run.
-		c.parked = false
-		p, from := c.ls.out.pos(), c.appended()
-		c.ls.out.buf = append(c.ls.out.buf, codec.RepTimedOut...)
-		s.settle(c, p, from) // behind the replies held for the log
+	if c.parked {
+		var in []byte
+		if c.cl.Internal() {
+			in, _ = gc.Peek(-1)
+		}
+		s.consume(c, s.cancelParked(c, in))
 	}
 	if c.parked {
 		j, outcome := c.cl.TakeWakeup()
@@ -146,7 +146,13 @@ func (s *Server) pass(c *conn) gnet.Action {
 	d := c.decoder()
 	var f codec.Frame
 	out.room = s.cfg.HighWater - gc.OutboundBuffered()
-	for !c.parked {
+	for {
+		if c.parked {
+			// A router may have sent its cancel line with the reserve.
+			if off += s.cancelParked(c, buf[off:]); c.parked {
+				break
+			}
+		}
 		p, from := out.pos(), c.appended()
 		d.Next(buf[off:], &f)
 		d = c.keepDecoder(d)
@@ -163,6 +169,7 @@ func (s *Server) pass(c *conn) gnet.Action {
 			}
 			goto done // an incomplete line, or all there is of a body
 		case codec.Line:
+			f.Status = hideInternal(c, f.Status, f.Cmd.Op)
 			if seq := awaitFor(c, f.Status, f.Cmd.Op); seq != 0 || s.heldFull(c) {
 				c.awaiting = true
 				c.extra().awaitSeq = seq
@@ -265,6 +272,29 @@ done:
 		return s.startClosing(c)
 	}
 	return gnet.None
+}
+
+// cancelParked answers c's parked reserve TIMED_OUT if its wait is still
+// open and is to end: its peer hung up (as upstream does: the commands
+// it sent after the reserve still run), or c is internal and in, its
+// input after the reserve, begins with codec.CancelWaitLine (the router
+// has its answer from another group). It returns the length of the
+// cancel line it took, which has no reply of its own. A wait that has its
+// answer already is left to be answered as usual; the cancel line is then
+// a command of its own (NOT_WAITING).
+func (s *Server) cancelParked(c *conn, in []byte) int {
+	n := len(codec.CancelWaitLine)
+	if !c.cl.Internal() || len(in) < n || string(in[:n]) != codec.CancelWaitLine {
+		n = 0
+	}
+	if n == 0 && !c.hungUp() || !c.cl.CancelWait() {
+		return 0
+	}
+	c.parked = false
+	p, from := c.ls.out.pos(), c.appended()
+	c.ls.out.buf = append(c.ls.out.buf, codec.RepTimedOut...)
+	s.settle(c, p, from) // behind the replies held for the log
+	return n
 }
 
 // closeGrace is how long a closing connection's replies may take to drain
@@ -372,7 +402,8 @@ func (s *Server) settle(c *conn, p outPos, from uint64) {
 //	delete release bury touch kick kick-job                       which c's unacked puts have not
 //	peek peek-ready peek-delayed peek-buried                      reached yet
 //	stats stats-job stats-tube list-tubes
-//	pause-tube
+//	pause-tube beanpole-unreserve
+//	beanpole-cancel-wait                        nothing           it answers that c does not wait
 //	quit                                        every record      its close follows every reply
 //	(unknown command, bad format)               nothing           the reply says nothing of the state
 //
@@ -430,6 +461,7 @@ var awaitRules = [codec.NumOps]awaitRule{
 	codec.OpIgnore:           awaitNothing,
 	codec.OpListTubeUsed:     awaitNothing,
 	codec.OpListTubesWatched: awaitNothing,
+	codec.OpCancelWait:       awaitNothing,
 	codec.OpQuit:             awaitAll,
 }
 

@@ -65,7 +65,7 @@ func (s *Server) ServeTLS(ln net.Listener, conf *tls.Config) error {
 			return
 		}
 		go s.handshake(raw, place, conf)
-	})
+	}, nil)
 }
 
 // shed counts and logs a TLS connection closed, or its handshake cut
