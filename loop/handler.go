@@ -27,6 +27,9 @@ func (h *handler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	if isTLS {
 		// Counted once its handshake is done: a failed one is no connection.
 		s.eng.InitClient(&c.cl, c.ls.shard, c)
+		if ts.internal {
+			c.cl.SetInternal()
+		}
 	} else {
 		s.eng.InitAccepted(&c.cl, c.ls.shard, c) // counted by the acceptor
 		if _, ok := gc.Context().(internalConn); ok {

@@ -105,6 +105,12 @@ func (s *Server) pass(c *conn) gnet.Action {
 		var in []byte
 		if c.cl.Internal() {
 			in, _ = gc.Peek(-1)
+			if t, ok := gc.(*tlsConn); ok && len(in) < len(codec.CancelWaitLine) && t.more() {
+				// A TLS connection's input is decrypted a record at a
+				// time, and a parked one's only here.
+				t.fill()
+				in, _ = gc.Peek(-1)
+			}
 		}
 		s.consume(c, s.cancelParked(c, in))
 	}

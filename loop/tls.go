@@ -50,6 +50,16 @@ const TLSHandshakeTimeout = 10 * time.Second
 // limit, reserve, refusals), each connection handed to a loop once its
 // handshake with conf has succeeded.
 func (s *Server) ServeTLS(ln net.Listener, conf *tls.Config) error {
+	return s.serveTLS(ln, conf, false)
+}
+
+// ServeInternalTLS is ServeInternal for a TLS listener: the routers of a
+// node of many groups over the links' mutual TLS.
+func (s *Server) ServeInternalTLS(ln net.Listener, conf *tls.Config) error {
+	return s.serveTLS(ln, conf, true)
+}
+
+func (s *Server) serveTLS(ln net.Listener, conf *tls.Config, internal bool) error {
 	return s.serve(ln, func(fd int, local net.Addr) {
 		remote := peerAddr(fd)
 		raw := &fileConn{File: os.NewFile(uintptr(fd), ""), local: local, remote: remote}
@@ -64,7 +74,7 @@ func (s *Server) ServeTLS(ln net.Listener, conf *tls.Config) error {
 			s.shed(limit)
 			return
 		}
-		go s.handshake(raw, place, conf)
+		go s.handshake(raw, place, conf, internal)
 	}, nil)
 }
 
@@ -130,7 +140,7 @@ func peerAddr(fd int) net.Addr {
 // handshake does the TLS handshake on raw, holding place among those in
 // progress, and, if it succeeds, hands the socket and its tls.Conn to a
 // loop.
-func (s *Server) handshake(raw *fileConn, place *share.Place, conf *tls.Config) {
+func (s *Server) handshake(raw *fileConn, place *share.Place, conf *tls.Config, internal bool) {
 	local, remote := raw.local, raw.remote
 	pipe := &recordPipe{hs: raw}
 	tc := tls.Server(pipe, conf)
@@ -162,7 +172,7 @@ func (s *Server) handshake(raw *fileConn, place *share.Place, conf *tls.Config) 
 	}
 	if err == nil {
 		// gnet closes loopFD itself if it cannot take it.
-		err = s.cli.EnrollFD(loopFD, "tcp", local, remote, &tlsSession{tc: tc, pipe: pipe})
+		err = s.cli.EnrollFD(loopFD, "tcp", local, remote, &tlsSession{tc: tc, pipe: pipe, internal: internal})
 	}
 	if err != nil {
 		s.refused.Add(1)

@@ -200,8 +200,9 @@ func (p *recordPipe) SetWriteDeadline(t time.Time) error {
 
 // tlsSession is what the handshake hands to the loop with the socket.
 type tlsSession struct {
-	tc   *tls.Conn
-	pipe *recordPipe
+	tc       *tls.Conn
+	pipe     *recordPipe
+	internal bool // accepted by ServeInternalTLS
 }
 
 // tlsConn is a TLS connection as its conn sees it: gnet's Conn for the

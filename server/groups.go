@@ -159,9 +159,9 @@ func (s *Server) serveGroup(ctx context.Context, node *cluster.Node, jl *cluster
 	served := make(chan error, 1)
 	go func() {
 		if linkTLS != nil {
-			served <- srv.ServeTLS(ln, linkTLS())
+			served <- srv.ServeInternalTLS(ln, linkTLS())
 		} else {
-			served <- srv.Serve(ln)
+			served <- srv.ServeInternal(ln)
 		}
 	}()
 	if err := node.Announce(ln.Addr().String(), ""); err != nil {
