@@ -410,21 +410,18 @@ func randomizedFaults(t *testing.T, groups int) {
 	wg.Wait()
 	restart()
 	// The drain goes through group 0's leader, or with groups through any
-	// node, watching every group's tube.
+	// node, a tube at a time.
 	drainNode := func() *clusterNode {
 		if groups > 0 {
 			return tc.running()
 		}
 		return tc.leader()
 	}
-	dial := func() *conn {
+	dial := func(tube string) *conn {
 		c := drainNode().srv.dial(t)
-		for _, tube := range tubes {
-			if groups == 0 {
-				break
-			}
-			mustSend(t, c, "watch "+tube+"\r\n")
-			if line := readLine(t, c); !strings.HasPrefix(line, "WATCHING ") {
+		if tube != "default" {
+			mustSend(t, c, "watch "+tube+"\r\nignore default\r\n")
+			if line := readLine(t, c) + "," + readLine(t, c); line != "WATCHING 2,WATCHING 1" {
 				t.Fatalf("drain: watch %s: %q", tube, line)
 			}
 		}
@@ -449,66 +446,69 @@ func randomizedFaults(t *testing.T, groups int) {
 	// than a number of times that a few milliseconds use up.
 	found := map[uint64]bool{}
 	const drainer = 3
-	c := dial()
 	drainStart, backoff := time.Now(), 10*time.Millisecond
-	for lost := 0; ; {
-		reconnect := func() {
-			if lost++; time.Since(drainStart) > time.Minute {
-				t.Fatalf("drain: the connection to the leader was lost %d times in %v", lost, time.Since(drainStart))
+	drops := 0
+	for _, tube := range tubes {
+		c := dial(tube)
+		for {
+			reconnect := func() {
+				if drops++; time.Since(drainStart) > time.Minute {
+					t.Fatalf("drain: the connection was lost %d times in %v", drops, time.Since(drainStart))
+				}
+				time.Sleep(backoff)
+				backoff = min(2*backoff, 500*time.Millisecond)
+				c = dial(tube)
 			}
-			time.Sleep(backoff)
-			backoff = min(2*backoff, 500*time.Millisecond)
-			c = dial()
+			call := jh.now()
+			mustSend(t, c, "reserve-with-timeout 0\r\n")
+			line, err := c.lineBy(time.Now().Add(defaultTimeout))
+			ok := err == nil
+			if !ok {
+				reconnect() // a reserve that may have taken effect: its job goes back
+				continue
+			}
+			if line == "TIMED_OUT" {
+				break
+			}
+			f := strings.Fields(line)
+			if len(f) != 3 || f[0] != "RESERVED" {
+				t.Fatalf("drain: %q", line)
+			}
+			id, _ := strconv.ParseUint(f[1], 10, 64)
+			n, _ := strconv.Atoi(f[2])
+			jh.add(jobInput{kind: opReserve, worker: drainer, id: id}, call, outOK)
+			held := jh.now()
+			body, err := c.readNErr(n+2, defaultTimeout)
+			ok = err == nil
+			if !ok {
+				jh.add(jobInput{kind: opLost, worker: drainer, id: id}, held, outOK)
+				reconnect()
+				continue
+			}
+			found[id] = true
+			h.reservedBody[strings.TrimSuffix(body, "\r\n")] = id
+			if b, ok := h.bodyOf[id]; ok && b+"\r\n" != body {
+				h.fail("drain: job %d has body %q, put with %q", id, body, b)
+			}
+			if _, ok := h.deleted[id]; ok {
+				h.fail("drain: job %d is back after its delete was acknowledged", id)
+			}
+			call = jh.now()
+			mustSend(t, c, fmt.Sprintf("delete %d\r\n", id))
+			h.delSent[id] = true
+			line, err = c.lineBy(time.Now().Add(defaultTimeout))
+			ok = err == nil
+			if !ok {
+				jh.add(jobInput{kind: opDelete, worker: drainer, id: id}, call, outUnknown)
+				jh.add(jobInput{kind: opLost, worker: drainer, id: id}, held, outOK)
+				reconnect()
+				continue
+			}
+			if line != "DELETED" {
+				t.Fatalf("drain: delete %d: %q", id, line)
+			}
+			jh.add(jobInput{kind: opDelete, worker: drainer, id: id}, call, outOK)
 		}
-		call := jh.now()
-		mustSend(t, c, "reserve-with-timeout 0\r\n")
-		line, err := c.lineBy(time.Now().Add(defaultTimeout))
-		ok := err == nil
-		if !ok {
-			reconnect() // a reserve that may have taken effect: its job goes back
-			continue
-		}
-		if line == "TIMED_OUT" {
-			break
-		}
-		f := strings.Fields(line)
-		if len(f) != 3 || f[0] != "RESERVED" {
-			t.Fatalf("drain: %q", line)
-		}
-		id, _ := strconv.ParseUint(f[1], 10, 64)
-		n, _ := strconv.Atoi(f[2])
-		jh.add(jobInput{kind: opReserve, worker: drainer, id: id}, call, outOK)
-		held := jh.now()
-		body, err := c.readNErr(n+2, defaultTimeout)
-		ok = err == nil
-		if !ok {
-			jh.add(jobInput{kind: opLost, worker: drainer, id: id}, held, outOK)
-			reconnect()
-			continue
-		}
-		found[id] = true
-		h.reservedBody[strings.TrimSuffix(body, "\r\n")] = id
-		if b, ok := h.bodyOf[id]; ok && b+"\r\n" != body {
-			h.fail("drain: job %d has body %q, put with %q", id, body, b)
-		}
-		if _, ok := h.deleted[id]; ok {
-			h.fail("drain: job %d is back after its delete was acknowledged", id)
-		}
-		call = jh.now()
-		mustSend(t, c, fmt.Sprintf("delete %d\r\n", id))
-		h.delSent[id] = true
-		line, err = c.lineBy(time.Now().Add(defaultTimeout))
-		ok = err == nil
-		if !ok {
-			jh.add(jobInput{kind: opDelete, worker: drainer, id: id}, call, outUnknown)
-			jh.add(jobInput{kind: opLost, worker: drainer, id: id}, held, outOK)
-			reconnect()
-			continue
-		}
-		if line != "DELETED" {
-			t.Fatalf("drain: delete %d: %q", id, line)
-		}
-		jh.add(jobInput{kind: opDelete, worker: drainer, id: id}, call, outOK)
 	}
 	res, n := jh.check(h.reservedBody)
 	t.Logf("porcupine: %d operations, one partition a job: %v", n, res)

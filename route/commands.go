@@ -79,7 +79,9 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 	if !s.settle() {
 		return false
 	}
-	// Whatever is ready now, most urgent first across the groups.
+	// Whatever is ready now, most urgent first across the groups: every
+	// group is asked at once, and the priorities of what they offer are
+	// read at once; the offers not taken go back behind the reply.
 	type offer struct {
 		b     *backend
 		reply []byte
@@ -87,14 +89,14 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 	}
 	var offers []offer
 	soon := false
-	for _, b := range bs {
-		rep, err := b.roundTrip([]byte("reserve-with-timeout 0\r\n"))
-		if err != nil {
-			return false
-		}
+	reps, ok := askAll(bs, func(*backend) string { return "reserve-with-timeout 0\r\n" })
+	if !ok {
+		return false
+	}
+	for i, rep := range reps {
 		switch {
 		case bytes.HasPrefix(rep, []byte("RESERVED ")):
-			offers = append(offers, offer{b: b, reply: bytes.Clone(rep)})
+			offers = append(offers, offer{b: bs[i], reply: rep})
 		case bytes.HasPrefix(rep, codec.RepDeadlineSoon):
 			soon = true
 		}
@@ -102,8 +104,17 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 	if len(offers) > 0 {
 		best := 0
 		if len(offers) > 1 {
+			obs := make([]*backend, len(offers))
+			ids := map[*backend]uint64{}
+			for i, o := range offers {
+				obs[i], ids[o.b] = o.b, replyID(o.reply)
+			}
+			stats, ok := askAll(obs, func(b *backend) string { return "stats-job " + strconv.FormatUint(ids[b], 10) + "\r\n" })
+			if !ok {
+				return false
+			}
 			for i := range offers {
-				pri, ok := offers[i].b.jobPri(replyID(offers[i].reply))
+				pri, ok := yamlUint(stats[i], "pri")
 				if !ok {
 					return false
 				}
@@ -113,13 +124,13 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 				}
 			}
 		}
-		for i, o := range offers {
-			if i != best && o.b.unreserve(replyID(o.reply)) != nil {
-				return false
-			}
-		}
 		offers[best].b.note(offers[best].reply, 0)
 		s.out = append(s.out, offers[best].reply...)
+		for i, o := range offers {
+			if i != best {
+				s.own(o.b, "UNRESERVED", "beanpole-unreserve "+strconv.FormatUint(replyID(o.reply), 10)+"\r\n")
+			}
+		}
 		return true
 	}
 	if soon {
@@ -232,14 +243,29 @@ func (b *backend) unreserve(id uint64) error {
 	return b.expect("UNRESERVED", []byte("beanpole-unreserve "+strconv.FormatUint(id, 10)+"\r\n"))
 }
 
-// jobPri is job id's priority, from stats-job.
-func (b *backend) jobPri(id uint64) (uint64, bool) {
-	rep, err := b.roundTrip([]byte("stats-job " + strconv.FormatUint(id, 10) + "\r\n"))
-	if err != nil {
-		return 0, false
+// askAll sends each backend the command line(b) gives it, all at once,
+// then reads their replies, in order; each is a copy.
+func askAll(bs []*backend, line func(b *backend) string) ([][]byte, bool) {
+	for _, b := range bs {
+		if _, err := b.wr.WriteString(line(b)); err != nil || b.wr.Flush() != nil {
+			return nil, false
+		}
 	}
-	for _, l := range bytes.Split(rep, []byte("\n")) {
-		if v, ok := bytes.CutPrefix(l, []byte("pri: ")); ok {
+	reps := make([][]byte, len(bs))
+	for i, b := range bs {
+		rep, err := b.readReply()
+		if err != nil {
+			return nil, false
+		}
+		reps[i] = bytes.Clone(rep)
+	}
+	return reps, true
+}
+
+// yamlUint is the value of key in a YAML reply (stats-job's pri, say).
+func yamlUint(rep []byte, key string) (uint64, bool) {
+	for _, l := range yamlLines(rep) {
+		if v, ok := bytes.CutPrefix(l, []byte(key+": ")); ok {
 			n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64)
 			return n, err == nil
 		}
@@ -249,30 +275,40 @@ func (b *backend) jobPri(id uint64) (uint64, bool) {
 
 // listTubes is the tubes of every group, each once.
 func (s *session) listTubes() bool {
-	if !s.settle() {
+	reps, ok := s.askEveryGroup("list-tubes\r\n")
+	if !ok {
 		return false
 	}
 	var names [][]byte
 	seen := map[string]bool{}
-	for g := 1; g <= s.r.cfg.Groups; g++ {
-		b, err := s.backend(g)
-		if err != nil {
-			return false
-		}
-		rep, err := b.roundTrip([]byte("list-tubes\r\n"))
-		if err != nil {
-			return false
-		}
+	for _, rep := range reps {
 		for _, l := range yamlLines(rep) {
 			name, ok := bytes.CutPrefix(l, []byte("- "))
 			if ok && !seen[string(name)] {
 				seen[string(name)] = true
-				names = append(names, bytes.Clone(name))
+				names = append(names, name)
 			}
 		}
 	}
 	s.out = codec.AppendTubeList(s.out, names)
 	return true
+}
+
+// askEveryGroup sends line to every group at once and reads their
+// replies, in group order.
+func (s *session) askEveryGroup(line string) ([][]byte, bool) {
+	if !s.settle() {
+		return nil, false
+	}
+	bs := make([]*backend, s.r.cfg.Groups)
+	for g := 1; g <= s.r.cfg.Groups; g++ {
+		b, err := s.backend(g)
+		if err != nil {
+			return nil, false
+		}
+		bs[g-1] = b
+	}
+	return askAll(bs, func(*backend) string { return line })
 }
 
 // firstOnly are the stats that are not summed over the groups: the first
@@ -287,21 +323,14 @@ var firstOnly = map[string]bool{
 // stats is every group's stats summed, with this node's client
 // connections in place of the backends'.
 func (s *session) stats() bool {
-	if !s.settle() {
+	reps, ok := s.askEveryGroup("stats\r\n")
+	if !ok {
 		return false
 	}
 	var keys []string
 	vals := map[string]string{}
 	sums := map[string]uint64{}
-	for g := 1; g <= s.r.cfg.Groups; g++ {
-		b, err := s.backend(g)
-		if err != nil {
-			return false
-		}
-		rep, err := b.roundTrip([]byte("stats\r\n"))
-		if err != nil {
-			return false
-		}
+	for _, rep := range reps {
 		for _, l := range yamlLines(rep) {
 			k, v, ok := bytes.Cut(l, []byte(": "))
 			if !ok {
