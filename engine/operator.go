@@ -208,8 +208,8 @@ type flushCursor struct {
 	lastID  uint64 // the last id handed out when the flush began: later jobs stay
 	lastSeq uint64 // the tube's last buried place then: jobs buried later stay
 	// i is the heap's place to read next (jobHeap.at), walking from the
-	// last one toward the root; jobs move between two chunks, so a walk that deleted
-	// anything is followed by another.
+	// last one toward the root; jobs move between two chunks, so a walk
+	// that deleted anything is followed by another.
 	i       int
 	deleted bool // the walk under way deleted a job
 }
