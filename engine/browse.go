@@ -98,15 +98,29 @@ func (e *Engine) Browse(tube string, s State, skip, limit, head int) (jobs []Job
 }
 
 // walk calls f on the heap's jobs in order until f returns false. It keeps
-// a frontier of slots (a small heap of its own): k jobs cost O(k log k),
-// whatever the heap's size.
+// a frontier of slots (a small heap of its own) and merges the run in: k
+// jobs cost O(k log k), whatever the heap's size.
 func (h *jobHeap) walk(f func(*Job) bool) {
-	if len(h.items) == 0 {
-		return
+	run := h.run.buf[h.run.head:]
+	var frontier []int32
+	if len(h.items) > 0 {
+		frontier = append(frontier, 0)
 	}
-	frontier := []int32{0}
 	less := func(a, b int32) bool { return h.less(h.items[a], h.items[b]) }
-	for len(frontier) > 0 {
+	for {
+		for len(run) > 0 && run[0] == nil {
+			run = run[1:]
+		}
+		if len(run) > 0 && (len(frontier) == 0 || h.less(run[0], h.items[frontier[0]])) {
+			if !f(run[0]) {
+				return
+			}
+			run = run[1:]
+			continue
+		}
+		if len(frontier) == 0 {
+			return
+		}
 		i := frontier[0]
 		// Pop the least slot of the frontier.
 		last := len(frontier) - 1
@@ -165,9 +179,9 @@ func (e *Engine) OldestReady(tube []byte) (time.Duration, bool) {
 	}
 	oldest := int64(0)
 	t.mu.Lock()
-	for i := len(t.ready.items) - 1; ; {
+	for i := t.ready.slots() - 1; ; {
 		for stop := max(i-lockChunk, -1); i > stop; i-- {
-			if j := t.ready.items[i]; oldest == 0 || j.createdAt < oldest {
+			if j := t.ready.at(i); j != nil && (oldest == 0 || j.createdAt < oldest) {
 				oldest = j.createdAt
 			}
 		}
@@ -177,7 +191,7 @@ func (e *Engine) OldestReady(tube []byte) (time.Duration, bool) {
 		t.mu.Unlock()
 		runtime.Gosched()
 		t.mu.Lock()
-		i = min(i, len(t.ready.items)-1)
+		i = min(i, t.ready.slots()-1)
 	}
 	now := e.mono()
 	t.mu.Unlock()

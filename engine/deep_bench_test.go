@@ -44,3 +44,25 @@ func BenchmarkPipelinedDrainOfDeepTube(b *testing.B) {
 		*slot = j.ID
 	}
 }
+
+// BenchmarkPutsIntoDeepTube is a producer putting into a tube until it is
+// half a million jobs deep, then starting again on a fresh engine: the
+// shape of make bench's pipelined puts. It measures the id index and the
+// ready heap as they grow, and the collector's share of a growing heap.
+func BenchmarkPutsIntoDeepTube(b *testing.B) {
+	const depth = 500_000
+	body := []byte("0123456789012345678901234567890123456789012345678901234567890123\r\n")
+	var e *Engine
+	var c *Client
+	for i := range b.N {
+		if i%depth == 0 {
+			b.StopTimer()
+			e = New(1)
+			c, _ = newTestClient(e, 1)
+			b.StartTimer()
+		}
+		if _, err := c.Put(e.Now(), e.NextID(), 1024, 0, time.Minute, append([]byte(nil), body...)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -510,7 +510,7 @@ func TestGaugesAgreeWithTubesAndHeapsAfterChurn(t *testing.T) {
 		if int64(tb.ready.Len()) != tb.count[Ready] || int64(tb.delay.Len()) != tb.count[Delayed] || int64(tb.ttr.Len()) != tb.count[Reserved] {
 			t.Errorf("tube %s: heaps %d/%d/%d vs counts %v", name, tb.ready.Len(), tb.delay.Len(), tb.ttr.Len(), tb.count)
 		}
-		for _, j := range tb.ready.items {
+		for _, j := range tb.ready.jobs() {
 			if urgent(j.Pri) {
 				urgentReal++
 			}

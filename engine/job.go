@@ -34,7 +34,7 @@ type Job struct {
 	// one line of each instead of two is what keeps it fast at a million.
 	ID        uint64
 	Pri       uint32
-	heapIndex int32 // position in the ready, delay or ttr heap; -1 when in none
+	heapIndex int32 // position in the ready, delay or ttr heap (or its run: inRun); -1 when in none
 	// deadline is monotonic ns: when a delayed job becomes ready, when a
 	// reserved job's TTR runs out, or since when a ready job has been ready
 	// (latency.go).
@@ -60,6 +60,7 @@ type Job struct {
 
 	state  State
 	inList bool // in owner's reserved list (guarded by owner.mu)
+	inRun  bool // in its heap's run: heapIndex is its sequence number there
 }
 
 // seconds is a delay or TTR as a job keeps it: whole seconds (the protocol

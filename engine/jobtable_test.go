@@ -14,12 +14,18 @@ func TestIDIndexAgainstMap(t *testing.T) {
 	for round := 0; round < 20; round++ {
 		var x idIndex
 		ref := map[uint64]*Job{}
-		next := uint64(r.IntN(1<<20)) * tableShards
+		next := uint64(r.IntN(1<<20)) * tableShards * idGroup
 		live := []uint64{}
 		for op := 0; op < 20000; op++ {
 			switch {
 			case r.IntN(100) < 55 || len(live) == 0:
-				next += tableShards * uint64(1+r.IntN(3)) // same shard, mostly dense
+				// The same shard's ids (its runs of idGroup, end to end),
+				// mostly dense.
+				for range 1 + r.IntN(3) {
+					if next++; next%idGroup == 0 {
+						next += (tableShards - 1) * idGroup
+					}
+				}
 				j := &Job{ID: next}
 				x.put(j)
 				ref[next] = j
@@ -44,7 +50,7 @@ func TestIDIndexAgainstMap(t *testing.T) {
 						t.Fatalf("round %d op %d: get(%d) = %v, want %v", round, op, id, got, j)
 					}
 				}
-				for _, id := range []uint64{next + tableShards, next - 7*tableShards, 3} {
+				for _, id := range []uint64{next + 1, next + tableShards*idGroup, next - 7*tableShards*idGroup, 3} {
 					if _, ok := ref[id]; !ok && x.get(id) != nil {
 						t.Fatalf("round %d: get(%d) found a job that is not there", round, id)
 					}

@@ -207,9 +207,9 @@ func (o *Operator) Flush(tube string, states ...State) (n int, err error) {
 type flushCursor struct {
 	lastID  uint64 // the last id handed out when the flush began: later jobs stay
 	lastSeq uint64 // the tube's last buried place then: jobs buried later stay
-	// i is the heap slot to read next, walking from the last slot toward
-	// the root; jobs move between two chunks, so a walk that deleted
-	// anything is followed by another.
+	// i is the heap's place to read next (jobHeap.at), walking from the
+	// last one toward the root; jobs move between two chunks, so a walk
+	// that deleted anything is followed by another.
 	i       int
 	deleted bool // the walk under way deleted a job
 }
@@ -230,14 +230,14 @@ func (t *Tube) flushSome(c *Client, s State, f *flushCursor, gone []*Job) ([]*Jo
 				return gone, true, nil
 			}
 		} else {
-			if f.i = min(f.i, len(h.items)-1); f.i < 0 {
+			if f.i = min(f.i, h.slots()-1); f.i < 0 {
 				if !f.deleted {
 					return gone, true, nil
 				}
 				f.i, f.deleted = math.MaxInt, false
 				continue
 			}
-			if j = h.items[f.i]; j.ID > f.lastID {
+			if j = h.at(f.i); j == nil || j.ID > f.lastID {
 				f.i--
 				continue
 			}

@@ -348,7 +348,7 @@ func TestDueDelayedJobsBecomeReadyAChunkAtATime(t *testing.T) {
 	tb := e.reg.lookup([]byte("q"))
 	tb.mu.Lock()
 	due := e.mono() - 1
-	for _, j := range slices.Clone(tb.delay.items) {
+	for _, j := range tb.delay.jobs() {
 		j.deadline = due
 		tb.delay.Fix(j)
 	}
@@ -363,7 +363,7 @@ func TestDueDelayedJobsBecomeReadyAChunkAtATime(t *testing.T) {
 	}
 	tb.mu.Lock()
 	firings := map[int64]int{}
-	for _, j := range tb.ready.items {
+	for _, j := range tb.ready.jobs() {
 		firings[j.deadline]++
 	}
 	tb.mu.Unlock()
