@@ -249,12 +249,16 @@ func TestNewTubesAreChargedToTheCeiling(t *testing.T) {
 	roundTrip(t, ctl, 4*defaultTimeout)
 
 	// A new tube is refused to use and watch alike; an existing one is not.
-	mustSend(t, ctl, "use brand-new\r\nwatch brand-new\r\nlist-tube-used\r\n")
+	// Its name is as long as the watchers' tubes': a shorter one costs
+	// less than what was refused, and may fit in what is left.
+	brandNew := name(9, 9)
+	mustSend(t, ctl, "use "+brandNew+"\r\nwatch "+brandNew+"\r\nlist-tube-used\r\n")
 	expect(t, ctl, "OUT_OF_MEMORY\r\nOUT_OF_MEMORY\r\nUSING default\r\n")
 	mustSend(t, ctl, "use "+name(0, 0)+"\r\nwatch "+name(0, 1)+"\r\n")
 	expect(t, ctl, "USING "+name(0, 0)+"\r\nWATCHING 2\r\n")
-	// The tubes fill the same ceiling as the jobs.
-	mustSend(t, ctl, "put 0 0 60 4\r\njob!\r\n")
+	// The tubes fill the same ceiling as the jobs: a job that costs more
+	// than a tube is refused (a smaller one may fit in what is left).
+	mustSend(t, ctl, "put 0 0 60 2048\r\n"+strings.Repeat("j", 2048)+"\r\n")
 	expect(t, ctl, "OUT_OF_MEMORY\r\n")
 
 	// The watchers leave: their tubes go (but the two ctl holds), and new
@@ -268,7 +272,7 @@ func TestNewTubesAreChargedToTheCeiling(t *testing.T) {
 	if n := memBytes(t, base, "tubes"); n > 3*1024 {
 		t.Fatalf("tubes charged %d bytes with 3 tubes left", n)
 	}
-	mustSend(t, ctl, "watch brand-new\r\n")
+	mustSend(t, ctl, "watch "+brandNew+"\r\n")
 	expect(t, ctl, "WATCHING 3\r\n")
 	mustSend(t, ctl, "put 0 0 60 4\r\njob!\r\n")
 	if line := readLine(t, ctl); !strings.HasPrefix(line, "INSERTED ") {
