@@ -170,7 +170,7 @@ func TestNodesOfOneGroupAndOfManySpeakOverGroupZero(t *testing.T) {
 		ports = append(ports, newLinkLayer(ln, nil, func() []string { return nil }, linkGreeting))
 		members = append(members, Member{ID: fmt.Sprintf("n%d", i+1), Raft: ln.Addr().String()})
 	}
-	plainAddr := freeAddr(t)
+	plainAddr := freeAddrs(t, 1)[0]
 	plain, err := raft.NewTCPTransport(plainAddr, nil, 3, 10*time.Second, io.Discard)
 	if err != nil {
 		t.Fatal(err)

@@ -51,21 +51,28 @@ func (ca *testCA) node(t testing.TB, name string) tls.Certificate {
 	return ca.leaf(t, name, "127.0.0.1", x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 }
 
-func freeAddr(t *testing.T) string {
+// freeAddrs are n distinct free addresses on loopback: each one's listener
+// stays open until all are picked, as the kernel may hand a port just let
+// go of out again at once.
+func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
 
 func TestNodesSpeakMutualTLSAndRefuseForeignCertificates(t *testing.T) {
 	ca := newTestCA(t)
 	var members []Member
-	for i := range 3 {
-		members = append(members, Member{ID: fmt.Sprintf("n%d", i+1), Raft: freeAddr(t)})
+	for i, addr := range freeAddrs(t, 3) {
+		members = append(members, Member{ID: fmt.Sprintf("n%d", i+1), Raft: addr})
 	}
 	g := &group{t: t}
 	for _, m := range members {
