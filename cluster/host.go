@@ -16,9 +16,10 @@ import (
 // group 0, the group every cluster has, and data groups 1 to n beside it
 // (docs/cluster.md, "Many groups"). Every member hosts every group.
 //
-// A host spreads the groups' leaders over the members: a node that leads
-// at least two groups more than the member that leads the fewest hands one
-// of them to that member (handOff), one transfer at a time. The rule holds
+// A host spreads the data groups' leaders over the members (group 0's
+// with no data groups): a node that leads at least two of them more than
+// the member that leads the fewest hands one to that member (handOff), one
+// transfer at a time. The rule holds
 // no state of its own, so it goes on whatever happens between two looks:
 // a node that dies leaves its groups to elections, and the nodes that won
 // them give some back once it is up and caught up again.
@@ -152,7 +153,7 @@ func (h *Host) handOff() (*Node, string) {
 	}
 	self := zero.cfg.ID
 	var mine []*Node
-	for _, nd := range h.Groups {
+	for _, nd := range h.spreadGroups() {
 		_, id := nd.Raft.LeaderWithID()
 		if id == "" {
 			return nil, ""
@@ -179,6 +180,16 @@ func (h *Host) handOff() (*Node, string) {
 		}
 	}
 	return nil, ""
+}
+
+// spreadGroups are the groups whose leaders are spread: the data groups
+// when there are any (they run the commands; group 0 holds the members
+// alone then, and whoever leads it leads little), else group 0.
+func (h *Host) spreadGroups() []*Node {
+	if len(h.Groups) > 1 {
+		return h.Groups[1:]
+	}
+	return h.Groups
 }
 
 // readyToLead: the leader's last probe of member id answered and found it
