@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -245,7 +244,8 @@ const clusterNodes = 3
 // with ct.Groups, --groups and a token for /cluster/groups. It returns a
 // node with the other nodes in its group once the cluster serves: the
 // leader, whose /readyz answers 200, or, with groups, the first node once
-// every node's /readyz does and the leads are spread (leadsSpread); and
+// every node's /readyz does and the leads have stayed spread, with the
+// same leaders in the same terms, for leadsSettle (leadsSpread); and
 // either way once a put to a tube of every data group has succeeded
 // through every node (probeGroups). A node that does not start makes the
 // cluster n/a (errNoStart); one that dies, or no leader, is a failure.
@@ -298,6 +298,8 @@ func StartCluster(ct Contender, dir string, pinCPU int, nofile uint64) (*Server,
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}
+	var leads string // the spread leads seen first, and when
+	var leadsAt time.Time
 	// serving is the node to return once the cluster serves, or -1.
 	serving := func() int {
 		for i := range nodes {
@@ -308,7 +310,13 @@ func StartCluster(ct Contender, dir string, pinCPU int, nofile uint64) (*Server,
 				return -1
 			}
 		}
-		if ct.Groups > 0 && leadsSpread(hc, web, token, nodes[0]) {
+		if ct.Groups == 0 {
+			return -1
+		}
+		switch l := leadsSpread(hc, web, token, nodes[0]); {
+		case l != leads:
+			leads, leadsAt = l, time.Now()
+		case l != "" && time.Since(leadsAt) >= leadsSettle:
 			return 0
 		}
 		return -1
@@ -338,44 +346,55 @@ func StartCluster(ct Contender, dir string, pinCPU int, nofile uint64) (*Server,
 	}
 }
 
-// leadsSpread reports whether the nodes whose HTTP addresses are web agree
-// on a leader for every group (/cluster/groups, with the token) and lead
-// as evenly as the nodes' own rule wants (docs/cluster.md, "A host of
-// groups"): none leads two groups more than another, so no lead moves
-// while a run holds reservations. It records in n.dataLeads the most data
-// groups one node leads.
-func leadsSpread(hc *http.Client, web []string, token string, n *Server) bool {
+// leadsSettle is how long the leads of a cluster of many groups must stay
+// spread, unchanged, before a run: longer than an election under load
+// and than two of the nodes' looks at the leads (every 1 s), so that a
+// lead that was about to move (a transfer, an election that a loaded node
+// started) has moved.
+const leadsSettle = 2 * time.Second
+
+// leadsSpread returns the leaders and terms of the groups when the nodes
+// whose HTTP addresses are web agree on them (/cluster/groups, with the
+// token) and they lead as evenly as the nodes' own rule wants
+// (docs/cluster.md, "A host of groups"): none leads two groups more than
+// another, so no lead moves while a run holds reservations. Otherwise it
+// returns "". It records in n.dataLeads the most data groups one node
+// leads.
+func leadsSpread(hc *http.Client, web []string, token string, n *Server) string {
 	var first []string
+	var sig string
 	for _, addr := range web {
 		req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/cluster/groups", nil)
 		if err != nil {
-			return false
+			return ""
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := hc.Do(req)
 		if err != nil {
-			return false
+			return ""
 		}
 		var gs []struct {
-			Group  int    `json:"group"`
 			Leader string `json:"leader"`
+			Term   uint64 `json:"term"`
 		}
 		err = json.NewDecoder(resp.Body).Decode(&gs)
 		resp.Body.Close()
 		if err != nil || resp.StatusCode != http.StatusOK {
-			return false
+			return ""
 		}
 		var leaders []string
+		var b strings.Builder
 		for _, g := range gs {
 			if g.Leader == "" {
-				return false
+				return ""
 			}
 			leaders = append(leaders, g.Leader)
+			fmt.Fprintf(&b, "%s@%d ", g.Leader, g.Term)
 		}
 		if first == nil {
-			first = leaders
-		} else if !slices.Equal(first, leaders) {
-			return false
+			first, sig = leaders, b.String()
+		} else if b.String() != sig {
+			return ""
 		}
 	}
 	all, data := map[string]int{}, map[string]int{}
@@ -396,7 +415,10 @@ func leadsSpread(hc *http.Client, web []string, token string, n *Server) bool {
 	for _, k := range data {
 		n.dataLeads = max(n.dataLeads, k)
 	}
-	return len(all) == len(web) && hi-lo < 2
+	if len(all) != len(web) || hi-lo >= 2 {
+		return ""
+	}
+	return sig
 }
 
 // probeGroups waits until a put to a tube of each of the cluster's groups
