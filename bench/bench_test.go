@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bufio"
+	"hash/fnv"
+	"maps"
 	"math"
 	"math/rand"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -460,8 +464,8 @@ func TestPinnedRunReadsPinnedTargetsFromPlainRows(t *testing.T) {
 	}
 }
 
-func TestClusterVariantsRunTheClusterAgainstCAndBeanpoleAlone(t *testing.T) {
-	o := Options{Conns: []int{50}, PipeConns: []int{1}, BinConns: 50}
+func TestClusterVariantsRunTheClusterAgainstCBeanpoleAloneAndItsOneGroup(t *testing.T) {
+	o := Options{Conns: []int{50}, PipeConns: []int{1}, BinConns: 50, PipeWindow: 64}
 	vs, err := selectVariants(withPinnedCopies(buildVariants(&o), defaultPinned), "cluster")
 	if err != nil {
 		t.Fatal(err)
@@ -472,6 +476,8 @@ func TestClusterVariantsRunTheClusterAgainstCAndBeanpoleAlone(t *testing.T) {
 		"cluster-pipeline-c1":             {{Name: "cluster", Path: "/bp", Cluster: true}, cts[1]},
 		"cluster-c50-vs-beanpole":         {{Name: "cluster", Path: "/bp", Cluster: true}, cts[0]},
 		"cluster-pipeline-c1-vs-beanpole": {{Name: "cluster", Path: "/bp", Cluster: true}, cts[0]},
+		"cluster-groups3-c50":             {{Name: "cluster-groups3", Path: "/bp", Cluster: true, Groups: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
+		"cluster-groups3-pipeline-c9":     {{Name: "cluster-groups3", Path: "/bp", Cluster: true, Groups: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
 	}
 	if len(vs) != len(want) {
 		t.Fatalf("%d cluster variants, want %d (no pinned copies)", len(vs), len(want))
@@ -480,7 +486,11 @@ func TestClusterVariantsRunTheClusterAgainstCAndBeanpoleAlone(t *testing.T) {
 		if got := v.contenders(cts); got != want[v.Name] {
 			t.Errorf("%s: contenders %+v, want %+v", v.Name, got, want[v.Name])
 		}
-		if f := strings.Join(v.Flags("D"), " "); f != "-b D -f 0" || !v.NeedDir {
+		wantFlags := "-b D -f 0"
+		if v.Groups > 0 {
+			wantFlags = "" // both contenders are clusters
+		}
+		if f := strings.Join(v.Flags("D"), " "); f != wantFlags || !v.NeedDir {
 			t.Errorf("%s: flags %q", v.Name, f)
 		}
 	}
@@ -488,12 +498,15 @@ func TestClusterVariantsRunTheClusterAgainstCAndBeanpoleAlone(t *testing.T) {
 		{V: &Variant{Name: "cluster-c50"}, Res: [2]*CtResult{{Median: Metrics{"rate": 7400}}, {Median: Metrics{"rate": 3000}}}},
 		{V: &Variant{Name: "cluster-pipeline-c1-vs-beanpole"}, Res: [2]*CtResult{{Median: Metrics{"put.rate": 30e3, "drain.rate": 40e3}},
 			{Median: Metrics{"put.rate": 90e3, "drain.rate": 60e3}}}},
+		{V: &Variant{Name: "cluster-groups3-pipeline-c9"}, Res: [2]*CtResult{{Median: Metrics{"put.rate": 70e3}}, {Median: Metrics{"put.rate": 50e3}}}},
 	}, 500, false)
 	for _, re := range []string{`≥ 2× C -b -f 0 +cluster-c50 +2\.47x  MET`, `pipelined puts ≥ 0\.5× beanpole -b -f 0 +cluster-pipeline-c1-vs-beanpole +0\.33x  not met`,
 		`reserve\+delete ≥ 0\.6× beanpole -b -f 0 +cluster-pipeline-c1-vs-beanpole +0\.67x  MET`,
 		`reserve\+delete ≥ 0\.5× its pipelined puts +cluster-pipeline-c1-vs-beanpole +0\.67x  MET`,
 		`reserve\+delete ≥ 2× C -b -f 0 .*not measured`,
-		`round trips, 50 connections ≥ 0\.5× beanpole -b -f 0 .*not measured`} {
+		`round trips, 50 connections ≥ 0\.5× beanpole -b -f 0 .*not measured`,
+		`3 groups: pipelined puts over the nodes ≥ 1\.3× 3 nodes, one group +cluster-groups3-pipeline-c9 +1\.40x  MET`,
+		`3 groups: round trips, 50 connections over the nodes ≥ 1\.3× .*not measured`} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("targets report lacks %q:\n%s", re, out)
 		}
@@ -604,6 +617,113 @@ func TestTLSVariantsRunBeanpoleTLSAgainstStunnelAndItsOwnPlaintext(t *testing.T)
 		`≤ stunnel's own +tls-idle-2000 +0\.40x  MET`, `≥ 2× C behind stunnel .*not measured`} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("targets report lacks %q:\n%s", re, out)
+		}
+	}
+}
+
+// A spread run pairs every node with every data group once in each
+// nodes×groups connections, on tubes of their own.
+func TestSpreadTubesPairEveryNodeWithEveryGroup(t *testing.T) {
+	const n = 3
+	group := func(name string) int { // as route.GroupOfTube, counting from 0
+		h := fnv.New32a()
+		h.Write([]byte(name))
+		return int(h.Sum32() % n)
+	}
+	seen := map[string]bool{}
+	pairs := map[[2]int]int{}
+	for i := range 50 {
+		name := spreadTube(i, n, n)
+		if seen[name] {
+			t.Fatalf("connection %d: tube %s is another connection's", i, name)
+		}
+		seen[name] = true
+		if i < n*n {
+			pairs[[2]int{i % n, group(name)}]++
+		}
+	}
+	if len(pairs) != n*n {
+		t.Errorf("the first %d connections pair nodes and groups as %v, want each pair once", n*n, pairs)
+	}
+}
+
+// fakeNode answers what dialRun sends (list-tube-used, use, watch, ignore
+// default) as a server would, and sends the tube each connection used on
+// used.
+func fakeNode(t *testing.T, used chan<- string) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				sc := bufio.NewScanner(c)
+				for sc.Scan() {
+					f := strings.Fields(sc.Text())
+					var reply string
+					switch {
+					case len(f) == 1 && f[0] == "list-tube-used":
+						reply = "USING default"
+					case len(f) == 2 && f[0] == "use":
+						reply = "USING " + f[1]
+						used <- f[1]
+					case len(f) == 2 && f[0] == "watch":
+						reply = "WATCHING 2"
+					case len(f) == 2 && f[0] == "ignore" && f[1] == "default":
+						reply = "WATCHING 1"
+					default:
+						reply = "UNKNOWN_COMMAND"
+					}
+					if _, err := c.Write([]byte(reply + "\r\n")); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func TestSpreadRunDialsConnectionIToNodeIModNOnItsOwnTube(t *testing.T) {
+	var used [3]chan string
+	var nodes [3]*Server
+	for k := range nodes {
+		used[k] = make(chan string, 8)
+		nodes[k] = &Server{Port: fakeNode(t, used[k])}
+	}
+	nodes[0].group = nodes[1:]
+	l, err := NewLoop(nodes[0].Port, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const conns = 7
+	cs, err := dialRun(&RunCtx{Srv: nodes[0], L: l, Spread: 3}, conns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != conns {
+		t.Fatalf("%d connections, want %d", len(cs), conns)
+	}
+	for k := range nodes {
+		want := map[string]bool{}
+		for i := k; i < conns; i += 3 {
+			want[spreadTube(i, 3, 3)] = true
+		}
+		// Every use was answered, so each node has sent its tubes.
+		got := map[string]bool{}
+		for len(used[k]) > 0 {
+			got[<-used[k]] = true
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("node %d: connections used %v, want %v", k, got, want)
 		}
 	}
 }

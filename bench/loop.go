@@ -148,6 +148,13 @@ func (l *Loop) Close() {
 
 // Dial starts a non-blocking connect; h.Connected runs when it completes.
 func (l *Loop) Dial(h Handler, idx int) (*Conn, error) {
+	return l.DialPort(h, idx, l.addr.Port)
+}
+
+// DialPort is Dial to 127.0.0.1:port (another node of a cluster).
+func (l *Loop) DialPort(h Handler, idx, port int) (*Conn, error) {
+	addr := l.addr
+	addr.Port = port
 	var fd int
 	for try := 0; ; try++ {
 		var err error
@@ -163,7 +170,7 @@ func (l *Loop) Dial(h Handler, idx int) (*Conn, error) {
 		if try < 64 {
 			bindSourcePort(fd)
 		}
-		err = unix.Connect(fd, &l.addr)
+		err = unix.Connect(fd, &addr)
 		if err == nil || errors.Is(err, unix.EINPROGRESS) {
 			break
 		}
@@ -171,7 +178,7 @@ func (l *Loop) Dial(h Handler, idx int) (*Conn, error) {
 		if try < 64 && (errors.Is(err, unix.EADDRNOTAVAIL) || errors.Is(err, unix.EADDRINUSE)) {
 			continue // that source port's 4-tuple is still in use; next one
 		}
-		return nil, fmt.Errorf("connect 127.0.0.1:%d: %w", l.addr.Port, err)
+		return nil, fmt.Errorf("connect 127.0.0.1:%d: %w", port, err)
 	}
 	c := &Conn{l: l, fd: fd, h: h, Idx: idx}
 	ev := unix.EpollEvent{Events: unix.EPOLLOUT | unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(fd)}

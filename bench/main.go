@@ -350,11 +350,14 @@ func runOne(v *Variant, ct Contender, o *Options, pinned bool) (Metrics, error) 
 		return nil, err
 	}
 	d0, r0 := netCounters()
-	mx, err := v.Run(&RunCtx{Srv: srv, Opt: o, L: l})
+	mx, err := v.Run(&RunCtx{Srv: srv, Opt: o, L: l, Spread: v.Groups})
 	d1, r1 := netCounters()
 	if mx != nil {
 		mx["net_drops"] = float64(d1 - d0)
 		mx["tcp_retrans"] = float64(r1 - r0)
+		if srv.dataLeads > 0 {
+			mx["data_leads_max"] = float64(srv.dataLeads)
+		}
 	}
 	derr := srv.Died()
 	if err != nil && ct.Cluster {
@@ -475,6 +478,9 @@ func summary(v *Variant, mx Metrics) string {
 			s += fmt.Sprintf(" cli %.0f%% srv %.0f%%", c, mx[r.Key+"srvcpu"])
 		}
 		parts = append(parts, s)
+	}
+	if n, ok := mx["data_leads_max"]; ok {
+		parts = append(parts, fmt.Sprintf("a node leads at most %.0f data groups", n))
 	}
 	return strings.Join(parts, "; ")
 }

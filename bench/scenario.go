@@ -75,6 +75,11 @@ type Variant struct {
 	// contenders. VsBeanpole: the second contender is beanpole on its
 	// own (with Flags) instead of beanstalkd.
 	Cluster, VsBeanpole bool
+	// Groups, when above 0: the first contender is the cluster with
+	// --groups Groups, the second the cluster of one group, and the client
+	// spreads its connections over the nodes, each on a tube of its own
+	// (RunCtx.Spread).
+	Groups int
 	// TLS: the first contender is beanpole serving TLS and the client
 	// speaks TLS to it; the second is C beanstalkd behind stunnel or, with
 	// VsBeanpole, beanpole over plaintext (the same client without TLS).
@@ -89,6 +94,10 @@ func (v *Variant) contenders(cts [2]Contender) [2]Contender {
 	}
 	if v.Cluster {
 		cts[0].Name, cts[0].Cluster = "cluster", true
+	}
+	if v.Groups > 0 {
+		cts[1] = cts[0]
+		cts[0].Name, cts[0].Groups = fmt.Sprintf("cluster-groups%d", v.Groups), v.Groups
 	}
 	if v.TLS {
 		cts[0].Name, cts[0].TLS = "beanpole-tls", true
@@ -110,6 +119,10 @@ type RunCtx struct {
 	Srv *Server
 	Opt *Options
 	L   *Loop
+	// Spread, when above 0, is the number of data groups the round trips
+	// and pipelines spread over: connection i goes to node i mod k of the
+	// cluster's k nodes, on a tube of its own (spreadTube).
+	Spread int
 }
 
 var groups = []string{"roundtrip", "pipeline", "pubsub", "tubes", "idle", "fanout", "large", "binlog", "memory", "cluster", "tls"}
@@ -245,8 +258,39 @@ func buildVariants(o *Options) []*Variant {
 			})
 		}
 	}
+	vs = append(vs, groupsVariants(o)...)
 	vs = append(vs, tlsVariants(o)...)
 	return vs
+}
+
+// groupsVariants are the capacity rows of the cluster group: the cluster
+// with a data group per node (--groups) against the cluster of one group,
+// the clients spread over the nodes and over tubes of every group. Run with
+// -node-cpu, they compare three machines that each lead a share of the
+// queue with three whose leader runs it all.
+func groupsVariants(o *Options) []*Variant {
+	g, c, pc := clusterNodes, o.BinConns, clusterNodes*clusterNodes
+	vs2 := fmt.Sprintf("%d groups vs 1", g)
+	return []*Variant{{
+		Name: fmt.Sprintf("cluster-groups%d-c%d", g, c), Group: "cluster", Num: 10,
+		Desc: fmt.Sprintf("%d beanpole nodes with --groups %d vs %d of one group: put/reserve/delete round trips on %d connections spread over the nodes, each on a tube of its own, the tubes spread over the groups", clusterNodes, g, clusterNodes, c),
+		Rows: []RowDef{
+			{Title: fmt.Sprintf("cluster×%d rt c=%d spread, %s", clusterNodes, c, vs2), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command"},
+			{Title: fmt.Sprintf("cluster×%d rt c=%d spread, %s", clusterNodes, c, vs2), Metric: "fsyncs", Unit: "fsyncs/job", NoCPU: true},
+		},
+		Flags: func(string) []string { return nil }, NeedDir: true, MayNA: true, Cluster: true, Groups: g,
+		Run: func(rc *RunCtx) (Metrics, error) { return runRoundTrip(rc, c, o.Size, "") },
+	}, {
+		Name: fmt.Sprintf("cluster-groups%d-pipeline-c%d", g, pc), Group: "cluster", Num: 10,
+		Desc: fmt.Sprintf("%d beanpole nodes with --groups %d vs %d of one group: pipelined puts (window %d) on %d connections, one for each node and group, each on a tube of its own, then pipelined reserve+delete of those jobs", clusterNodes, g, clusterNodes, o.PipeWindow, pc),
+		Rows: []RowDef{
+			{Key: "put.", Title: fmt.Sprintf("cluster×%d put w=%d c=%d spread, %s", clusterNodes, o.PipeWindow, pc, vs2), Metric: "rate", Unit: "puts/s", Higher: true, Lat: true, LatWhat: "per put"},
+			{Key: "put.", Title: fmt.Sprintf("cluster×%d put w=%d c=%d spread, %s", clusterNodes, o.PipeWindow, pc, vs2), Metric: "fsyncs", Unit: "fsyncs/put", NoCPU: true},
+			{Key: "drain.", Title: fmt.Sprintf("cluster×%d rsv+del w=%d c=%d spread, %s", clusterNodes, o.PipeWindow, pc, vs2), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command"},
+		},
+		Flags: func(string) []string { return nil }, NeedDir: true, MayNA: true, Cluster: true, Groups: g,
+		Run: func(rc *RunCtx) (Metrics, error) { return runPipeline(rc, pc) },
+	}}
 }
 
 // tlsVariants are the tls group: beanpole serving TLS against C behind

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -23,8 +24,10 @@ type Contender struct {
 	Name string // "beanpole" or "beanstalkd"
 	Path string
 	// Cluster: run the binary as a group of clusterNodes beanpole nodes
-	// (StartCluster) instead of one server.
+	// (StartCluster) instead of one server; Groups, when above 0, is
+	// their --groups.
 	Cluster bool
+	Groups  int
 	// TLS: serve TLS as well (StartTLS); Stunnel: by stunnel in front of
 	// the binary (C beanstalkd) rather than by the binary itself.
 	TLS, Stunnel bool
@@ -48,6 +51,12 @@ type Server struct {
 	// are stopped with it, and their CPU counts as its.
 	group  []*Server
 	fsyncs *fsyncCounter // counts the fsyncs of a measured window, or nil
+	// jobsBefore are the jobs StartCluster's probes put (and deleted),
+	// which total-jobs counts beside a run's own.
+	jobsBefore int64
+	// dataLeads, in a cluster of many groups, is the most data groups
+	// one node leads once the leads are spread.
+	dataLeads int
 
 	cmd     *exec.Cmd
 	stderr  *tailBuf
@@ -232,9 +241,14 @@ const clusterNodes = 3
 
 // StartCluster starts ct as a group of clusterNodes nodes on loopback, each
 // with --cluster-dir in dir and its own client, raft and HTTP ports, and
-// returns the leader once it serves (its /readyz answers 200) with the
-// other nodes in its group. A node that does not start makes the cluster
-// n/a (errNoStart); one that dies, or no leader, is a failure.
+// with ct.Groups, --groups and a token for /cluster/groups. It returns a
+// node with the other nodes in its group once the cluster serves: the
+// leader, whose /readyz answers 200, or, with groups, the first node once
+// every node's /readyz does and the leads have stayed spread, with the
+// same leaders in the same terms, for leadsSettle (leadsSpread); and
+// either way once a put to a tube of every data group has succeeded
+// through every node (probeGroups). A node that does not start makes the
+// cluster n/a (errNoStart); one that dies, or no leader, is a failure.
 func StartCluster(ct Contender, dir string, pinCPU int, nofile uint64) (*Server, error) {
 	var raft, web, boot []string
 	for i := range clusterNodes {
@@ -250,6 +264,15 @@ func StartCluster(ct Contender, dir string, pinCPU int, nofile uint64) (*Server,
 		web = append(web, "127.0.0.1:"+strconv.Itoa(hp))
 		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, raft[i]))
 	}
+	var groupFlags []string
+	token := "bench-" + strconv.Itoa(os.Getpid())
+	if ct.Groups > 0 {
+		tf := filepath.Join(dir, "token")
+		if err := os.WriteFile(tf, []byte(token+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		groupFlags = []string{"--groups", strconv.Itoa(ct.Groups), "--http-token-file", tf}
+	}
 	var nodes []*Server
 	stopAll := func() {
 		for _, n := range nodes {
@@ -258,8 +281,8 @@ func StartCluster(ct Contender, dir string, pinCPU int, nofile uint64) (*Server,
 	}
 	for i := range clusterNodes {
 		id := fmt.Sprintf("n%d", i+1)
-		n, err := StartServer(ct, []string{"--cluster-dir", filepath.Join(dir, id), "--node-id", id,
-			"--raft", raft[i], "--bootstrap", strings.Join(boot, ","), "--http", web[i]}, pinCPU, nofile)
+		n, err := StartServer(ct, append([]string{"--cluster-dir", filepath.Join(dir, id), "--node-id", id,
+			"--raft", raft[i], "--bootstrap", strings.Join(boot, ","), "--http", web[i]}, groupFlags...), pinCPU, nofile)
 		if err != nil {
 			stopAll()
 			return nil, err
@@ -267,22 +290,53 @@ func StartCluster(ct Contender, dir string, pinCPU int, nofile uint64) (*Server,
 		nodes = append(nodes, n)
 	}
 	hc := &http.Client{Timeout: time.Second}
+	ready := func(i int) bool {
+		resp, err := hc.Get("http://" + web[i] + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	var leads string // the spread leads seen first, and when
+	var leadsAt time.Time
+	// serving is the node to return once the cluster serves, or -1.
+	serving := func() int {
+		for i := range nodes {
+			if ct.Groups == 0 && ready(i) {
+				return i
+			}
+			if ct.Groups > 0 && !ready(i) {
+				return -1
+			}
+		}
+		if ct.Groups == 0 {
+			return -1
+		}
+		switch l := leadsSpread(hc, web, token, nodes[0]); {
+		case l != leads:
+			leads, leadsAt = l, time.Now()
+		case l != "" && time.Since(leadsAt) >= leadsSettle:
+			return 0
+		}
+		return -1
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		for i, n := range nodes {
+		for _, n := range nodes {
 			if err := n.Died(); err != nil {
 				stopAll()
 				return nil, err
 			}
-			resp, err := hc.Get("http://" + web[i] + "/readyz")
-			if err != nil {
-				continue
+		}
+		if i := serving(); i >= 0 {
+			n := nodes[i]
+			n.group = append(append([]*Server(nil), nodes[:i]...), nodes[i+1:]...)
+			if err := n.probeGroups(max(ct.Groups, 1), deadline); err != nil {
+				n.Stop()
+				return nil, fmt.Errorf("the %s cluster: %w", ct.Name, err)
 			}
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				n.group = append(append([]*Server(nil), nodes[:i]...), nodes[i+1:]...)
-				return n, nil
-			}
+			return n, nil
 		}
 		if time.Now().After(deadline) {
 			stopAll()
@@ -290,6 +344,161 @@ func StartCluster(ct Contender, dir string, pinCPU int, nofile uint64) (*Server,
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// leadsSettle is how long the leads of a cluster of many groups must stay
+// spread, unchanged, before a run: longer than an election under load
+// and than two of the nodes' looks at the leads (every 1 s), so that a
+// lead that was about to move (a transfer, an election that a loaded node
+// started) has moved.
+const leadsSettle = 2 * time.Second
+
+// leadsSpread returns the leaders and terms of the groups when the nodes
+// whose HTTP addresses are web agree on them (/cluster/groups, with the
+// token) and they lead as evenly as the nodes' own rule wants
+// (docs/cluster.md, "A host of groups"): none leads two groups more than
+// another, so no lead moves while a run holds reservations. Otherwise it
+// returns "". It records in n.dataLeads the most data groups one node
+// leads.
+func leadsSpread(hc *http.Client, web []string, token string, n *Server) string {
+	var first []string
+	var sig string
+	for _, addr := range web {
+		req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/cluster/groups", nil)
+		if err != nil {
+			return ""
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return ""
+		}
+		var gs []struct {
+			Leader string `json:"leader"`
+			Term   uint64 `json:"term"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&gs)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return ""
+		}
+		var leaders []string
+		var b strings.Builder
+		for _, g := range gs {
+			if g.Leader == "" {
+				return ""
+			}
+			leaders = append(leaders, g.Leader)
+			fmt.Fprintf(&b, "%s@%d ", g.Leader, g.Term)
+		}
+		if first == nil {
+			first, sig = leaders, b.String()
+		} else if b.String() != sig {
+			return ""
+		}
+	}
+	all, data := map[string]int{}, map[string]int{}
+	for i := range web {
+		all[fmt.Sprintf("n%d", i+1)] = 0
+	}
+	for g, id := range first {
+		all[id]++
+		if g > 0 {
+			data[id]++
+		}
+	}
+	lo, hi := len(first), 0
+	for _, k := range all {
+		lo, hi = min(lo, k), max(hi, k)
+	}
+	n.dataLeads = 0
+	for _, k := range data {
+		n.dataLeads = max(n.dataLeads, k)
+	}
+	if len(all) != len(web) || hi-lo >= 2 {
+		return ""
+	}
+	return sig
+}
+
+// probeGroups waits until a put to a tube of each of the cluster's groups
+// data groups succeeds through every node (each node's router, or a
+// follower's forwarding, has a leader to send it to), deleting each job
+// again, or until deadline (at least 10 s from now). It records in
+// s.jobsBefore the jobs the cluster then counts.
+func (s *Server) probeGroups(groups int, deadline time.Time) error {
+	deadline = later(deadline, time.Now().Add(10*time.Second))
+	for _, port := range s.ports() {
+		for g := range groups {
+			tube := tubeInGroup("bench.probe", g, groups)
+			for {
+				err := probePut(port, tube)
+				if err == nil {
+					break
+				}
+				if err := s.Died(); err != nil {
+					return err
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("a put to tube %s through 127.0.0.1:%d: %w", tube, port, err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	x, err := DialCtrl(s.Port)
+	if err != nil {
+		return err
+	}
+	defer x.Close()
+	st, err := x.Stats()
+	if err != nil {
+		return err
+	}
+	if s.jobsBefore, err = statInt(st, "total-jobs"); err != nil {
+		return err
+	}
+	if n, err := statInt(st, "current-jobs-ready"); err != nil || n != 0 {
+		return fmt.Errorf("%d jobs left ready after the probes (%v)", n, err)
+	}
+	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// probePut puts a job into tube through 127.0.0.1:port and deletes it.
+func probePut(port int, tube string) error {
+	x, err := DialCtrl(port)
+	if err != nil {
+		return err
+	}
+	defer x.Close()
+	if r, err := x.Cmd("use " + tube); err != nil || r.Kind != KUsing {
+		return fmt.Errorf("use: %q, %v", r.Line, err)
+	}
+	r, err := x.Cmd("put 0 0 120 5\r\nprobe")
+	if err != nil || r.Kind != KInserted {
+		return fmt.Errorf("put: %q, %v", r.Line, err)
+	}
+	if r, err = x.Cmd(fmt.Sprintf("delete %d", r.ID)); err != nil || r.Kind != KDeleted {
+		return fmt.Errorf("delete: %q, %v", r.Line, err)
+	}
+	return nil
+}
+
+// ports are the client ports of the server and its group (a cluster's
+// nodes).
+func (s *Server) ports() []int {
+	ps := []int{s.Port}
+	for _, n := range s.group {
+		ps = append(ps, n.Port)
+	}
+	return ps
 }
 
 // pids are the server's process ids: its own and its group's.

@@ -59,6 +59,8 @@ var targets = []target{
 	{what: "3-node cluster: pipelined reserve+delete ≥ 2× C -b -f 0", variant: "cluster-pipeline-c1", metric: "drain.rate", minRatio: 2},
 	{what: "3-node cluster: pipelined reserve+delete ≥ 0.6× beanpole -b -f 0", variant: "cluster-pipeline-c1-vs-beanpole", metric: "drain.rate", minRatio: 0.6},
 	{what: "beanpole -b -f 0: pipelined reserve+delete ≥ 0.5× its pipelined puts", variant: "cluster-pipeline-c1-vs-beanpole", metric: "drain.rate", vsMetric: "put.rate", own: 2, minRatio: 0.5},
+	{what: "3 nodes, 3 groups: round trips, 50 connections over the nodes ≥ 1.3× 3 nodes, one group", variant: "cluster-groups3-c50", metric: "rate", minRatio: 1.3},
+	{what: "3 nodes, 3 groups: pipelined puts over the nodes ≥ 1.3× 3 nodes, one group", variant: "cluster-groups3-pipeline-c9", metric: "put.rate", minRatio: 1.3},
 	{what: "TLS: round trips, 50 connections ≥ 2× C behind stunnel", variant: "tls-c50", metric: "rate", minRatio: 2},
 	{what: "TLS: round trips, 50 connections ≥ 0.8× beanpole plaintext", variant: "tls-c50-vs-plain", metric: "rate", minRatio: 0.8},
 	{what: "TLS: 64 KiB bodies ≥ 0.7× beanpole plaintext", variant: "tls-large-64KiB-vs-plain", metric: "mbps", minRatio: 0.7},

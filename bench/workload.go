@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"time"
 )
@@ -110,8 +111,11 @@ func windowTicker(l *Loop, m *meter, warmup, dur time.Duration, onEnd func()) fu
 // dialer opens n connections, at most max handshakes+first replies at a
 // time, and pings each ("list-tube-used" → "USING default") so that a
 // connection only counts once the server has accepted and served it.
+// Connection i goes to ports[i mod len(ports)], or with no ports to the
+// loop's.
 type dialer struct {
 	l                 *Loop
+	ports             []int
 	n, max            int
 	started, inflight int
 	ready             int
@@ -135,7 +139,11 @@ func (d *dialer) Reply(c *Conn, e Expect, r *Reply) error {
 
 func (d *dialer) more() {
 	for d.inflight < d.max && d.started < d.n {
-		c, err := d.l.Dial(d, d.started)
+		port := d.l.addr.Port
+		if len(d.ports) > 0 {
+			port = d.ports[d.started%len(d.ports)]
+		}
+		c, err := d.l.DialPort(d, d.started, port)
 		if err != nil {
 			d.l.Fail(fmt.Errorf("connection %d of %d: %w", d.started+1, d.n, err))
 			return
@@ -148,13 +156,94 @@ func (d *dialer) more() {
 
 // dialAll opens n served connections.
 func dialAll(l *Loop, n int, timeout time.Duration) ([]*Conn, error) {
-	d := &dialer{l: l, n: n, max: 256}
+	return dialOver(l, nil, n, timeout)
+}
+
+// dialOver opens n served connections, connection i to
+// 127.0.0.1:ports[i mod len(ports)] (with no ports, to the loop's).
+func dialOver(l *Loop, ports []int, n int, timeout time.Duration) ([]*Conn, error) {
+	d := &dialer{l: l, ports: ports, n: n, max: 256}
 	d.more()
 	err := l.Run(func() bool { return d.ready == d.n }, l.Now()+int64(timeout), fmt.Sprintf("%d connections (%d ready)", n, d.ready))
 	if err != nil {
 		return nil, fmt.Errorf("opening %d connections (%d ready): %w", n, d.ready, err)
 	}
 	return d.conns, nil
+}
+
+// dialRun opens the n connections of a round-trip or pipeline run: all to
+// the server or, with rc.Spread, connection i to node i mod k of the
+// cluster's k nodes, using and watching a tube of its own (spreadTube)
+// with default ignored.
+func dialRun(rc *RunCtx, n int) ([]*Conn, error) {
+	if rc.Spread == 0 {
+		return dialAll(rc.L, n, 60*time.Second)
+	}
+	ports := rc.Srv.ports()
+	cs, err := dialOver(rc.L, ports, n, 60*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	s := &tubeSetup{}
+	for i, c := range cs {
+		name := spreadTube(i, len(ports), rc.Spread)
+		s.names = append(s.names, name)
+		c.SetHandler(s)
+		c.WriteString("use " + name + "\r\nwatch " + name + "\r\nignore default\r\n")
+		c.Expect(Expect{Op: opUse})
+		c.Expect(Expect{Op: opWatch})
+		c.Expect(Expect{Op: opIgnore})
+		s.left += 3
+	}
+	if err := rc.L.Run(func() bool { return s.left == 0 }, rc.L.Now()+int64(60*time.Second), "use/watch set-up"); err != nil {
+		return nil, err
+	}
+	return cs, nil
+}
+
+// tubeSetup checks the replies to dialRun's set-up of each connection's
+// tube (names, by the connection's Idx).
+type tubeSetup struct {
+	names []string
+	left  int
+}
+
+func (s *tubeSetup) Connected(c *Conn) error { return nil }
+
+func (s *tubeSetup) Reply(c *Conn, e Expect, r *Reply) error {
+	name := s.names[c.Idx]
+	switch {
+	case e.Op == opUse && (r.Kind != KUsing || string(r.Name) != name):
+		return unexpected("use "+name, r)
+	case e.Op == opWatch && (r.Kind != KWatching || r.N != 2):
+		return unexpected("watch "+name+" (want WATCHING 2)", r)
+	case e.Op == opIgnore && (r.Kind != KWatching || r.N != 1):
+		return unexpected("ignore default (want WATCHING 1)", r)
+	}
+	s.left--
+	return nil
+}
+
+// spreadTube is the tube of connection i of a run spread over nodes nodes
+// and groups data groups: a tube of its own, in the group (i + i/nodes)
+// mod groups (counting from 0), so that each nodes×groups connections
+// pair every node with every group once, whichever node leads which group.
+func spreadTube(i, nodes, groups int) string {
+	return tubeInGroup("bench.c"+strconv.Itoa(i), (i+i/nodes)%groups, groups)
+}
+
+// tubeInGroup is the first name prefix.K (K = 0, 1, ...) that --groups n
+// places in data group g+1: a tube lives in group 1 + FNV-1a(name) mod n
+// (route.GroupOfTube).
+func tubeInGroup(prefix string, g, n int) string {
+	for k := 0; ; k++ {
+		name := prefix + "." + strconv.Itoa(k)
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(name))
+		if int(h.Sum32()%uint32(n)) == g {
+			return name
+		}
+	}
 }
 
 // ------------------------------------------------------------- round trip
@@ -165,6 +254,7 @@ type rtWorker struct {
 	l        *Loop
 	led      *Ledger
 	m        *meter
+	own      bool // each connection has a tube of its own (ownTube)
 	hdr      []byte
 	scratch  []byte
 	stopping bool
@@ -201,7 +291,26 @@ func sendPut(c *Conn, led *Ledger, hdr []byte, scratch []byte, tube int, op uint
 }
 
 func (w *rtWorker) put(c *Conn) {
-	w.scratch = sendPut(c, w.led, w.hdr, w.scratch, 0, opPut)
+	w.scratch = sendPut(c, w.led, w.hdr, w.scratch, ownTube(w.own, c), opPut)
+}
+
+// ownTube is the ledger's tube of the jobs c puts: c's own (its Idx) when
+// each connection has a tube of its own (own), else 0 (all share default).
+func ownTube(own bool, c *Conn) int {
+	if own {
+		return c.Idx
+	}
+	return 0
+}
+
+// reservedOwn records the reservation of job id on c in led and, when each
+// connection has a tube of its own, checks that the job is from c's.
+func reservedOwn(led *Ledger, own bool, c *Conn, r *Reply) (int, error) {
+	seq, err := led.Reserved(r.ID, r.Body)
+	if err == nil && own && led.Rec(seq).tube != int32(c.Idx) {
+		err = fmt.Errorf("connection %d reserved job %d, put in connection %d's tube", c.Idx, r.ID, led.Rec(seq).tube)
+	}
+	return seq, err
 }
 
 func (w *rtWorker) Connected(c *Conn) error { return nil }
@@ -222,7 +331,7 @@ func (w *rtWorker) Reply(c *Conn, e Expect, r *Reply) error {
 		if r.Kind != KReserved {
 			return unexpected("reserve", r)
 		}
-		seq, err := w.led.Reserved(r.ID, r.Body)
+		seq, err := reservedOwn(w.led, w.own, c, r)
 		if err != nil {
 			return err
 		}
@@ -254,12 +363,13 @@ func (w *rtWorker) Reply(c *Conn, e Expect, r *Reply) error {
 
 func runRoundTrip(rc *RunCtx, conns, size int, key string) (Metrics, error) {
 	l, o := rc.L, rc.Opt
-	cs, err := dialAll(l, conns, 60*time.Second)
+	cs, err := dialRun(rc, conns)
 	if err != nil {
 		return nil, err
 	}
 	m := newMeter(l, rc.Srv)
 	w := newRT(l, m, size)
+	w.own = rc.Spread > 0
 	for _, c := range cs {
 		w.start(c)
 	}
@@ -273,7 +383,7 @@ func runRoundTrip(rc *RunCtx, conns, size int, key string) (Metrics, error) {
 		return nil, err
 	}
 	if err := checkStats(rc.Srv.Port, map[string]int64{
-		"current-jobs-ready": 0, "current-jobs-reserved": 0, "total-jobs": int64(w.led.Count()),
+		"current-jobs-ready": 0, "current-jobs-reserved": 0, "total-jobs": rc.Srv.jobsBefore + int64(w.led.Count()),
 	}); err != nil {
 		return nil, err
 	}
@@ -297,7 +407,8 @@ type pipeWorker struct {
 	scratch  []byte
 	phase    int // 1 puts, 2 reserve+delete
 	stopping bool
-	resLeft  int
+	own      bool // each connection has a tube of its own (ownTube)
+	resLeft  int  // reserves left to send, the sum of the connections' Aux
 	inflight int
 	ops      int64
 	hist     Hist
@@ -305,16 +416,22 @@ type pipeWorker struct {
 
 func (w *pipeWorker) Connected(c *Conn) error { return nil }
 
+// fill tops c's commands in flight up to the window. A connection's Aux
+// counts the jobs it put, and then the reserves it has left to send: it
+// reserves as many jobs as it put, so that with a tube of its own no
+// reserve waits.
 func (w *pipeWorker) fill(c *Conn) {
 	if w.phase == 1 {
 		for c.InFlight() < w.window && !w.stopping && w.led.Count() < w.maxJobs {
-			w.scratch = sendPut(c, w.led, w.hdr, w.scratch, 0, opPut)
+			w.scratch = sendPut(c, w.led, w.hdr, w.scratch, ownTube(w.own, c), opPut)
+			c.Aux++
 			w.inflight++
 		}
 		return
 	}
-	for c.InFlight() < w.window && w.resLeft > 0 && !w.stopping {
+	for c.InFlight() < w.window && c.Aux > 0 && !w.stopping {
 		c.Send([]byte("reserve\r\n"), Expect{Op: opReserve, T0: w.l.Time()})
+		c.Aux--
 		w.resLeft--
 		w.inflight++
 	}
@@ -339,7 +456,7 @@ func (w *pipeWorker) Reply(c *Conn, e Expect, r *Reply) error {
 		if r.Kind != KReserved {
 			return unexpected("pipelined reserve", r)
 		}
-		seq, err := w.led.Reserved(r.ID, r.Body)
+		seq, err := reservedOwn(w.led, w.own, c, r)
 		if err != nil {
 			return err
 		}
@@ -368,7 +485,7 @@ func (w *pipeWorker) Reply(c *Conn, e Expect, r *Reply) error {
 
 func runPipeline(rc *RunCtx, conns int) (Metrics, error) {
 	l, o := rc.L, rc.Opt
-	cs, err := dialAll(l, conns, 60*time.Second)
+	cs, err := dialRun(rc, conns)
 	if err != nil {
 		return nil, err
 	}
@@ -376,7 +493,7 @@ func runPipeline(rc *RunCtx, conns int) (Metrics, error) {
 	// Phase 1: pipelined puts for the window (or until -pipe-max jobs).
 	m := newMeter(l, rc.Srv)
 	w := &pipeWorker{l: l, led: NewLedger(o.Size), m: m, window: o.PipeWindow, maxJobs: o.PipeMax,
-		hdr: appendPut(nil, jobPri, 0, jobTTR, max(o.Size, seqDigits)), phase: 1}
+		hdr: appendPut(nil, jobPri, 0, jobTTR, max(o.Size, seqDigits)), phase: 1, own: rc.Spread > 0}
 	for _, c := range cs {
 		c.SetHandler(w)
 		w.fill(c)
@@ -440,7 +557,7 @@ func runPipeline(rc *RunCtx, conns int) (Metrics, error) {
 		return nil, err
 	}
 	if err := checkStats(rc.Srv.Port, map[string]int64{
-		"current-jobs-ready": int64(left), "current-jobs-reserved": 0, "total-jobs": int64(w.led.Count()),
+		"current-jobs-ready": int64(left), "current-jobs-reserved": 0, "total-jobs": rc.Srv.jobsBefore + int64(w.led.Count()),
 	}); err != nil {
 		return nil, err
 	}
