@@ -34,6 +34,24 @@ func nodeTLSFiles(t *testing.T, ca *testCA, dir, name string) (cert, key, caFile
 	return cert, key, caFile
 }
 
+// startServingTLS starts every node with a node certificate that ca
+// signs for its links and a TLS listener for clients (and plain HTTP),
+// and returns each node's TLS address.
+func (tc *testCluster) startServingTLS(ca *testCA) map[*clusterNode]string {
+	tc.t.Helper()
+	certs := tc.t.TempDir()
+	tlsAddr := map[*clusterNode]string{}
+	for _, nd := range tc.nodes {
+		port, err := freePort()
+		if err != nil {
+			tc.t.Fatal(err)
+		}
+		tlsAddr[nd] = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		tc.start(nd, append(plainHTTP(nodeTLSArgs(tc.t, ca, certs, nd.id)), "--tls-listen", tlsAddr[nd])...)
+	}
+	return tlsAddr
+}
+
 // plainHTTP is nodeTLSArgs with --http-plain: the links between nodes over
 // TLS, the HTTP side plain, as the helpers that read it expect.
 func plainHTTP(args []string) []string { return append(args, "--http-plain") }
@@ -125,17 +143,8 @@ func TestClusterNodeLinksTakeTheReloadedCAAtSIGHUP(t *testing.T) {
 func TestClusterServesTLSClientsThroughAnyNode(t *testing.T) {
 	t.Parallel()
 	ca := newTestCA(t, "cluster CA")
-	certs := t.TempDir()
 	tc := newTestCluster(t, 3)
-	tlsAddr := map[*clusterNode]string{}
-	for _, nd := range tc.nodes {
-		port, err := freePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		tlsAddr[nd] = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		tc.start(nd, append(plainHTTP(nodeTLSArgs(t, ca, certs, nd.id)), "--tls-listen", tlsAddr[nd])...)
-	}
+	tlsAddr := tc.startServingTLS(ca)
 	_, _, worker := ca.issue(t, "worker", clientCert)
 	// putTLS puts body over TLS through addr, on fresh connections, until
 	// one is acknowledged, and returns the reply's id.

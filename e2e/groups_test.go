@@ -411,18 +411,9 @@ func TestGroupsInternalListenersTakeOnlyNodes(t *testing.T) {
 	t.Parallel()
 	const groups = 3
 	ca := newTestCA(t, "cluster CA")
-	certs := t.TempDir()
 	tc := newTestCluster(t, 3)
 	tc.args = []string{"--groups", strconv.Itoa(groups)}
-	tlsAddr := map[*clusterNode]string{}
-	for _, nd := range tc.nodes {
-		port, err := freePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		tlsAddr[nd] = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		tc.start(nd, append(plainHTTP(nodeTLSArgs(t, ca, certs, nd.id)), "--tls-listen", tlsAddr[nd])...)
-	}
+	tlsAddr := tc.startServingTLS(ca)
 	_, _, worker := ca.issue(t, "worker", clientCert)
 	dialTLS := func(addr string) *bufio.ReadWriter {
 		t.Helper()
