@@ -355,8 +355,8 @@ const leadsSettle = 2 * time.Second
 
 // leadsSpread returns the leaders and terms of the groups when the nodes
 // whose HTTP addresses are web agree on them (/cluster/groups, with the
-// token) and they lead as evenly as the nodes' own rule wants
-// (docs/cluster.md, "A host of groups"): none leads two groups more than
+// token) and they lead the data groups as evenly as the nodes' own rule
+// wants (docs/cluster.md, "A host of groups"): none leads two more than
 // another, so no lead moves while a run holds reservations. Otherwise it
 // returns "". It records in n.dataLeads the most data groups one node
 // leads.
@@ -397,25 +397,22 @@ func leadsSpread(hc *http.Client, web []string, token string, n *Server) string 
 			return ""
 		}
 	}
-	all, data := map[string]int{}, map[string]int{}
+	// The rule spreads the data groups' leads; group 0 holds no jobs.
+	data := map[string]int{}
 	for i := range web {
-		all[fmt.Sprintf("n%d", i+1)] = 0
+		data[fmt.Sprintf("n%d", i+1)] = 0
 	}
 	for g, id := range first {
-		all[id]++
 		if g > 0 {
 			data[id]++
 		}
 	}
 	lo, hi := len(first), 0
-	for _, k := range all {
+	for _, k := range data {
 		lo, hi = min(lo, k), max(hi, k)
 	}
-	n.dataLeads = 0
-	for _, k := range data {
-		n.dataLeads = max(n.dataLeads, k)
-	}
-	if len(all) != len(web) || hi-lo >= 2 {
+	n.dataLeads = hi
+	if len(data) != len(web) || hi-lo >= 2 {
 		return ""
 	}
 	return sig
