@@ -377,6 +377,15 @@ func (n *Node) Leads() bool {
 	return n.Raft.State() == raft.Leader && n.Raft.CurrentTerm() == n.leadTerm.Load()
 }
 
+// MayLeadAgain reports whether raft still has this node lead in the term
+// it took the lead in, with no transfer of the lead under way: a round that
+// confirms the lead may yet come, and Leads answer true again. While it
+// holds, a leader whose lease lapsed waits for that round rather than
+// closing its clients' connections.
+func (n *Node) MayLeadAgain() bool {
+	return !n.handingOver.Load() && n.Raft.State() == raft.Leader && n.Raft.CurrentTerm() == n.leadTerm.Load()
+}
+
 // Announce tells every node where this leader's clients connect, in
 // plaintext and over TLS ("" for a listener it does not have): a follower
 // forwards its clients' connections there.

@@ -280,3 +280,24 @@ func TestFencedServerClosesConnectionsUnanswered(t *testing.T) {
 		t.Fatalf("behind a closed fence the server answered %d bytes (%v), want the connection closed", n, err)
 	}
 }
+
+// A leader whose lease lapsed but which may still lead its term (a starved
+// process, a slow confirmation round) answers nothing until the lease is
+// confirmed again, then answers: its clients' connections are not closed.
+func TestFencedServerWaitsForTheLeaseWhileTheLeadMayReturn(t *testing.T) {
+	eng := engine.New(1)
+	srv, err := New(Config{Loops: 1, MaxJobSize: 100, Version: "test", Log: zerolog.Nop()}, eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refusals, asked atomic.Int64
+	srv.Fence = func() bool { asked.Add(1); return refusals.Add(-1) < 0 }
+	srv.FenceMayReturn = func() bool { return true }
+	c := dial(t, serve(t, srv))
+	refusals.Store(5)
+	send(t, c, "put 0 0 60 1\r\nx\r\n")
+	expect(t, c, "INSERTED 1\r\n")
+	if n := asked.Load(); n < 6 {
+		t.Fatalf("the fence was asked %d times: the put was answered before it agreed", n)
+	}
+}

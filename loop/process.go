@@ -36,6 +36,9 @@ const headRead = 1 << 10
 // is also how a wake-up resumes c.
 func (s *Server) process(c *conn) gnet.Action {
 	if s.Fence != nil && !s.Fence() {
+		if s.FenceMayReturn != nil && s.FenceMayReturn() {
+			return s.awaitLease(c)
+		}
 		return gnet.Close // see Server.Fence
 	}
 	out := &c.ls.out
@@ -340,6 +343,19 @@ func (s *Server) send(c *conn, consumed int) {
 	if n := c.ls.out.flush(c.ls, c.gc); n > 0 {
 		c.ls.bytesOut.Add(uint64(n))
 	}
+}
+
+// leaseRetry is how soon a pass that Fence refused while the lead may
+// return is tried again: a fraction of a lease round.
+const leaseRetry = 10 * time.Millisecond
+
+// awaitLease leaves c as it is, its input unread but bounded as a waiting
+// connection's, and has its pass tried again after leaseRetry (see
+// Server.FenceMayReturn).
+func (s *Server) awaitLease(c *conn) gnet.Action {
+	gc := c.gc
+	time.AfterFunc(leaseRetry, func() { _ = gc.Wake(nil) })
+	return s.checkInputCap(c)
 }
 
 // fenceWrites asks Fence again before replies are written: a pass can be

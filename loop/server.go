@@ -133,8 +133,16 @@ type Server struct {
 	// over a connection whether this server may still answer: a leader
 	// whose lead a majority has not confirmed lately may already have
 	// been replaced, and another leader may have handed out the same
-	// jobs. A pass it refuses closes the connection unanswered.
+	// jobs. A pass it refuses closes the connection unanswered, unless
+	// FenceMayReturn says the lead may yet be confirmed (leaseRetry).
 	Fence func() bool
+	// FenceMayReturn, when set, is asked when Fence refuses a pass at its
+	// start: true (raft still has this node lead its term) leaves the
+	// connection's input unread and tries the pass again shortly, so that
+	// a leader starved past its lease on a loaded machine answers once a
+	// new round confirms it, instead of closing every connection that
+	// spoke meanwhile. Nothing is answered until Fence agrees.
+	FenceMayReturn func() bool
 }
 
 // loopState is owned by one event loop goroutine.

@@ -147,7 +147,7 @@ func (s *Server) serveGroup(ctx context.Context, node *cluster.Node, jl *cluster
 	if err != nil {
 		return err
 	}
-	srv.Fence = node.Leads
+	srv.Fence, srv.FenceMayReturn = node.Leads, node.MayLeadAgain
 	if err := srv.Start(); err != nil {
 		return err
 	}

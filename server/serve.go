@@ -169,7 +169,7 @@ func (s *Server) startLoops(eng *engine.Engine, blog *persist.Log, node *cluster
 		st.BinlogFailed = ls.Failed != nil
 	}
 	if node != nil {
-		srv.Fence = node.Leads
+		srv.Fence, srv.FenceMayReturn = node.Leads, node.MayLeadAgain
 	}
 	if err := srv.Start(); err != nil {
 		fmt.Fprintf(s.stderr, "beanpole: %v\n", err)
