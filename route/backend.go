@@ -55,7 +55,7 @@ func (s *session) backend(g int) (*backend, error) {
 		// without the client noticing (a lead handed over to spread the
 		// leaders, say), once a leader is known again. One that holds
 		// some fails at its next command.
-		if addr := s.r.cfg.Leader(g); addr == b.addr || len(b.held) > 0 {
+		if addr := s.r.leader(g); addr == b.addr || len(b.held) > 0 {
 			return b, nil
 		}
 		// Its replies still to come are read first: they may reserve.
@@ -70,7 +70,7 @@ func (s *session) backend(g int) (*backend, error) {
 	}
 	deadline := time.Now().Add(s.r.cfg.LeaderWait)
 	for {
-		if addr := s.r.cfg.Leader(g); addr != "" {
+		if addr := s.r.leader(g); addr != "" {
 			if c, err := s.r.cfg.Dial(addr); err == nil {
 				b := &backend{g: g, addr: addr, c: c, rd: bufio.NewReader(c), wr: bufio.NewWriter(c),
 					use: "default", watch: []string{"default"}, held: map[uint64]struct{}{}}

@@ -153,14 +153,12 @@ func (s *session) waitAll(bs []*backend, line []byte) bool {
 		w waited
 	}
 	first := make(chan answer, len(bs))
-	gots := make([]<-chan waited, len(bs))
 	relay := make([]chan waited, len(bs))
 	for i, b := range bs {
 		if b.send(line) != nil {
 			return false
 		}
 		got := b.await()
-		gots[i] = got
 		relay[i] = make(chan waited, 1)
 		go func() {
 			w := <-got
@@ -182,8 +180,7 @@ func (s *session) waitAll(bs []*backend, line []byte) bool {
 			// The client hung up: no job for it, as on one server.
 			s.ended, in = true, nil
 			for i, b := range bs {
-				rep, err := b.endWait(relay[i])
-				if err != nil || bytes.HasPrefix(rep, []byte("RESERVED ")) && b.unreserve(replyID(rep)) != nil {
+				if _, err := b.withdraw(relay[i]); err != nil {
 					return false
 				}
 			}
@@ -199,8 +196,7 @@ func (s *session) waitAll(bs []*backend, line []byte) bool {
 		if i == win.i {
 			continue
 		}
-		rep, err := b.endWait(relay[i])
-		if err != nil || bytes.HasPrefix(rep, []byte("RESERVED ")) && b.unreserve(replyID(rep)) != nil {
+		if _, err := b.withdraw(relay[i]); err != nil {
 			return false
 		}
 	}
@@ -223,24 +219,21 @@ func (s *session) wait(b *backend) ([]byte, bool) {
 				continue
 			}
 			s.ended = true
-			rep, err := b.endWait(got)
-			if err != nil {
-				return nil, false
-			}
-			if bytes.HasPrefix(rep, []byte("RESERVED ")) {
-				if b.unreserve(replyID(rep)) != nil {
-					return nil, false
-				}
-				rep = codec.RepTimedOut
-			}
-			return rep, true
+			rep, err := b.withdraw(got)
+			return rep, err == nil
 		}
 	}
 }
 
-// unreserve puts back a job b reserved in a race the session did not take.
-func (b *backend) unreserve(id uint64) error {
-	return b.expect("UNRESERVED", []byte("beanpole-unreserve "+strconv.FormatUint(id, 10)+"\r\n"))
+// withdraw ends a wait whose answer the session no longer wants (endWait)
+// and puts back the job it offered meanwhile, if it did, uncounted: the
+// reply is then TIMED_OUT, as if the cancel had come first.
+func (b *backend) withdraw(got <-chan waited) ([]byte, error) {
+	rep, err := b.endWait(got)
+	if err != nil || !bytes.HasPrefix(rep, []byte("RESERVED ")) {
+		return rep, err
+	}
+	return codec.RepTimedOut, b.expect("UNRESERVED", []byte("beanpole-unreserve "+strconv.FormatUint(replyID(rep), 10)+"\r\n"))
 }
 
 // askAll sends each backend the command line(b) gives it, all at once,

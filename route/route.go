@@ -57,11 +57,52 @@ type Router struct {
 	stopped bool
 	wg      sync.WaitGroup
 	total   atomic.Uint64
+	// leaders[g] is where group g's leader serves (cfg.Leader), looked up
+	// every leaderRefresh by one goroutine: a command reads it without
+	// the locks of the node's raft and state.
+	leaders []atomic.Pointer[string]
+	done    chan struct{}
 }
 
-// New makes a router.
+// leaderRefresh is how often the router looks up where each group's
+// leader serves. A backend to a leader that lost its lead meanwhile gets
+// no answer from it (its lease fence), so the delay costs no correctness.
+const leaderRefresh = 10 * time.Millisecond
+
+// New makes a router; Stop ends it.
 func New(cfg Config) *Router {
-	return &Router{cfg: cfg, conns: map[net.Conn]struct{}{}}
+	r := &Router{cfg: cfg, conns: map[net.Conn]struct{}{}, leaders: make([]atomic.Pointer[string], cfg.Groups+1),
+		done: make(chan struct{})}
+	r.refreshLeaders()
+	go func() {
+		t := time.NewTicker(leaderRefresh)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.done:
+				return
+			case <-t.C:
+				r.refreshLeaders()
+			}
+		}
+	}()
+	return r
+}
+
+func (r *Router) refreshLeaders() {
+	for g := 1; g <= r.cfg.Groups; g++ {
+		if a := r.cfg.Leader(g); a != r.leader(g) {
+			r.leaders[g].Store(&a)
+		}
+	}
+}
+
+// leader is where group g's leader serves, "" while none is known.
+func (r *Router) leader(g int) string {
+	if p := r.leaders[g].Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // GroupOfTube is the data group a tube lives in: a stable hash of its
@@ -164,6 +205,9 @@ func (r *Router) Connections() (current, total uint64) {
 // their sessions to end.
 func (r *Router) Stop() {
 	r.mu.Lock()
+	if !r.stopped {
+		close(r.done)
+	}
 	r.stopped = true
 	for _, ln := range r.lns {
 		ln.Close()

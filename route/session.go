@@ -178,7 +178,8 @@ func (s *session) command(st codec.Status, cmd *codec.Command, line []byte) bool
 			return false
 		}
 		s.useAt(b, s.use)
-		s.reply(codec.AppendUsing(s.scratch[:0], cmd.Tube))
+		s.scratch = codec.AppendUsing(s.scratch[:0], cmd.Tube)
+		s.reply(s.scratch)
 	case codec.OpWatch:
 		t := string(cmd.Tube)
 		b, err := s.backend(GroupOfTube(cmd.Tube, n))
@@ -189,7 +190,8 @@ func (s *session) command(st codec.Status, cmd *codec.Command, line []byte) bool
 		if !slices.Contains(s.watch, t) {
 			s.watch = append(s.watch, t)
 		}
-		s.reply(codec.AppendWatching(s.scratch[:0], uint64(len(s.watch))))
+		s.scratch = codec.AppendWatching(s.scratch[:0], uint64(len(s.watch)))
+		s.reply(s.scratch)
 	case codec.OpIgnore:
 		t := string(cmd.Tube)
 		if i := slices.Index(s.watch, t); i >= 0 {
@@ -199,9 +201,11 @@ func (s *session) command(st codec.Status, cmd *codec.Command, line []byte) bool
 			}
 			s.watch = slices.Delete(s.watch, i, i+1)
 		}
-		s.reply(codec.AppendWatching(s.scratch[:0], uint64(len(s.watch))))
+		s.scratch = codec.AppendWatching(s.scratch[:0], uint64(len(s.watch)))
+		s.reply(s.scratch)
 	case codec.OpListTubeUsed:
-		s.reply(codec.AppendUsing(s.scratch[:0], []byte(s.use)))
+		s.scratch = codec.AppendUsing(s.scratch[:0], []byte(s.use))
+		s.reply(s.scratch)
 	case codec.OpListTubesWatched:
 		names := make([][]byte, len(s.watch))
 		for i, t := range s.watch {

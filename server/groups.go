@@ -142,8 +142,7 @@ func (s *Server) serveGroup(ctx context.Context, node *cluster.Node, jl *cluster
 	eng.Restore(jobs, maxID)
 	eng.RestorePauses(node.FSM.Pauses())
 	eng.SetJournal(jl)
-	srv, err := loop.New(loop.Config{Loops: s.loops, MaxJobSize: s.cfg.MaxJobSize, Version: config.Version,
-		Verbosity: s.cfg.Verbosity, Log: s.log, ReserveFDs: reserveFDs(s.cfg)}, eng)
+	srv, err := loop.New(s.loopConfig(), eng)
 	if err != nil {
 		return err
 	}

@@ -125,6 +125,12 @@ func (s *Server) serve(eng *engine.Engine, blog *persist.Log, host *cluster.Host
 	}
 }
 
+// loopConfig is the configuration of every engine's event loops.
+func (s *Server) loopConfig() loop.Config {
+	return loop.Config{Loops: s.loops, MaxJobSize: s.cfg.MaxJobSize, Version: config.Version,
+		Verbosity: s.cfg.Verbosity, Log: s.log, ReserveFDs: reserveFDs(s.cfg)}
+}
+
 // memoryLimits are the ceiling on the memory clients can make the server
 // hold (--max-job-memory, or derived from the memory the process may use)
 // and the budget for input read but not yet run.
@@ -146,14 +152,7 @@ func (s *Server) memoryLimits() (ceiling, input int64) {
 // lead.
 func (s *Server) startLoops(eng *engine.Engine, blog *persist.Log, node *cluster.Node) (*loop.Server, int) {
 	cfg := s.cfg
-	srv, err := loop.New(loop.Config{
-		Loops:      s.loops,
-		MaxJobSize: cfg.MaxJobSize,
-		Version:    config.Version,
-		Verbosity:  cfg.Verbosity,
-		Log:        s.log,
-		ReserveFDs: reserveFDs(cfg),
-	}, eng)
+	srv, err := loop.New(s.loopConfig(), eng)
 	if err != nil {
 		fmt.Fprintf(s.stderr, "beanpole: %v\n", err)
 		return nil, 1
