@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,5 +188,34 @@ func TestHostLeadsEndSpreadAfterRandomRestarts(t *testing.T) {
 		if len(counts) != nodes || total != groups-1 {
 			t.Fatalf("after restarting n%d: leads %v; want every group led once by %d nodes", i+1, counts, nodes)
 		}
+	}
+}
+
+// A node's number of data groups is fixed when its directory is made: the
+// tubes' places and the jobs' ids depend on it. Another number later, or
+// data groups added to a directory that holds a group without them, is
+// refused with the reason.
+func TestANodesGroupsAreFixedWhenItsDirectoryIsMade(t *testing.T) {
+	dir := t.TempDir()
+	if err := checkGroups(dir, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkGroups(dir, 3); err != nil {
+		t.Fatalf("the same number again: %v", err)
+	}
+	for _, n := range []int{0, 2} {
+		if err := checkGroups(dir, n); err == nil || !strings.Contains(err.Error(), "was made with --groups 3") {
+			t.Fatalf("--groups %d on a directory made with 3: %v", n, err)
+		}
+	}
+	old := t.TempDir()
+	if err := os.Mkdir(filepath.Join(old, "wal"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkGroups(old, 0); err != nil {
+		t.Fatalf("a one-group node as it was: %v", err)
+	}
+	if err := checkGroups(old, 2); err == nil || !strings.Contains(err.Error(), "--groups is given on a node's first start") {
+		t.Fatalf("data groups added to a one-group node's directory: %v", err)
 	}
 }

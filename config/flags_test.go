@@ -341,6 +341,14 @@ func TestParse(t *testing.T) {
 				c.ClusterDir, c.NodeID, c.RaftAddr, c.ClusterCert, c.ClusterKey, c.ClusterCA = "d", "a", "10.0.0.1:7000", "nc", "nk", "nca"
 				c.TLSListen, c.TLSCert, c.TLSKey = ":11301", "c", "k"
 			})},
+		{name: "groups", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--groups", "3"},
+			want: with(func(c *Config) { c.ClusterDir, c.NodeID, c.RaftAddr, c.Groups = "d", "a", "127.0.0.1:7000", 3 })},
+		{name: "groups not a number", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--groups", "x"},
+			stderr: usageErr("invalid value for --groups: x (want a number of data groups from 0 to 256)"), code: 5, done: true},
+		{name: "groups past the bound", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--groups=257"},
+			stderr: usageErr("invalid value for --groups: 257 (want a number of data groups from 0 to 256)"), code: 5, done: true},
+		{name: "groups with join", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--groups=3", "--join=127.0.0.1:8080"},
+			stderr: usageErr("--groups does not go with --join or --cluster-import: a cluster of many groups keeps the members it was bootstrapped with and starts empty"), code: 5, done: true},
 		{name: "the links' files go together", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--cluster-ca=nca"},
 			stderr: usageErr("--cluster-cert, --cluster-key and --cluster-ca go together"), code: 5, done: true},
 		{name: "the links' files go with a cluster", args: []string{"--cluster-ca=nca"},
