@@ -12,7 +12,7 @@ import (
 )
 
 // TestDiskFull injects ENOSPC into preallocation. Puts start failing with
-// ErrNoSpace (OUT_OF_MEMORY), the condition is logged once, every delete of
+// ErrNoSpace (OUT_OF_MEMORY), the condition is logged once per episode, every delete of
 // an inserted job still succeeds, and puts work again once space returns.
 func TestDiskFull(t *testing.T) {
 	defer func(d time.Duration) { growRetry = d }(growRetry)
@@ -49,8 +49,12 @@ func TestDiskFull(t *testing.T) {
 	if len(inserted) == 0 {
 		t.Fatal("no put succeeded before the disk filled")
 	}
-	if n := lb.count("cannot allocate a new segment"); n != 1 {
-		t.Fatalf("disk-full condition logged %d times, want once", n)
+	// The condition is logged once per episode, never per put. A spare
+	// the preallocator began before the disk filled may still be
+	// installed, which ends the first episode: at most two.
+	starts, ends := lb.count("cannot allocate a new segment"), lb.count("space available again")
+	if starts != ends+1 || starts > 2 {
+		t.Fatalf("disk-full condition logged %d times and its end %d times on a full disk, want once per episode", starts, ends)
 	}
 	if !l.Stats().DiskFull {
 		t.Fatal("Stats.DiskFull not set")
@@ -76,8 +80,8 @@ func TestDiskFull(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if n := lb.count("space available again"); n != 1 {
-		t.Fatalf("recovery logged %d times, want once", n)
+	if n := lb.count("space available again"); n != ends+1 {
+		t.Fatalf("recovery logged %d times, want once more than the %d before", n, ends)
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
