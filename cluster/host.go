@@ -1,12 +1,9 @@
 package cluster
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -14,20 +11,39 @@ import (
 
 // Host is a node with the raft groups it hosts, all on one raft port:
 // group 0, the group every cluster has, and data groups 1 to n beside it
-// (docs/cluster.md, "Many groups"). Every member hosts every group.
+// (docs/cluster.md, "Many groups"). Every member hosts group 0, and every
+// data group or, with replicas, those GroupMembers gives it; it learns
+// where the leaders of the others serve from the nodes that host them
+// (views.go).
 //
 // A host spreads the data groups' leaders over the members (group 0's
-// with no data groups): a node that leads at least two of them more than
-// the member that leads the fewest hands one to that member (handOff), one
+// with no data groups): a node hands a group to the member it prefers as
+// its leader, or, when it leads at least two more than a member of one of
+// those groups that leads the fewest, to that member (handOff), one
 // transfer at a time. The rule holds
 // no state of its own, so it goes on whatever happens between two looks:
 // a node that dies leaves its groups to elections, and the nodes that won
 // them give some back once it is up and caught up again.
 type Host struct {
-	// Groups[g] is this node's replica of group g.
+	// Groups[g] is this node's replica of group g, nil for a data group
+	// it does not host.
 	Groups []*Node
-	stop   chan struct{}
-	done   chan struct{}
+	views  *views // nil without data groups
+	// replicas is each data group's number of members (GroupMembers).
+	replicas int
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// Leader is group g's leader and where it serves, "" while none is known:
+// as this node's replica of the group knows them, or for a group this
+// node does not host, as the nodes that host it report.
+func (h *Host) Leader(g int) (id, addr string) {
+	if nd := h.Groups[g]; nd != nil {
+		_, l := nd.Raft.LeaderWithID()
+		return string(l), nd.ServingAddr()
+	}
+	return h.views.leader(g)
 }
 
 // spreadEvery is how often a host looks at how the leaders are spread: a
@@ -35,67 +51,52 @@ type Host struct {
 // it.
 func spreadEvery(heartbeat time.Duration) time.Duration { return 2 * heartbeat }
 
-// OpenHost opens group 0 as Open does, and data groups 1 to data on the
-// same raft port, group g's stores in the directory groups/g under
-// cfg.Dir, bootstrapped (cfg.Bootstrap) with the same members.
-func OpenHost(cfg Config, data int) (*Host, error) {
-	if data < 0 || data > maxGroup {
-		return nil, fmt.Errorf("cluster: %d data groups; a host carries 0 to %d", data, maxGroup)
+// OpenHost opens group 0 as Open does, and the data groups 1 to data
+// this node is a member of (GroupMembers: with replicas, each group on
+// that many of the members) on the same raft port, group g's stores in
+// the directory groups/g under cfg.Dir, bootstrapped (cfg.Bootstrap) with
+// the group's members.
+func OpenHost(cfg Config, data, replicas int) (*Host, error) {
+	if data < 0 || data > maxGroup-1 {
+		return nil, fmt.Errorf("cluster: %d data groups; a host carries 0 to %d", data, maxGroup-1)
 	}
 	if data > 0 && cfg.Transport != nil {
 		return nil, fmt.Errorf("cluster: data groups share the raft port, which a node on its own transport does not have")
 	}
-	if err := checkGroups(cfg.Dir, data); err != nil {
+	dg, err := checkGroups(cfg.Dir, data, replicas, cfg.ID, cfg.Bootstrap)
+	if err != nil {
 		return nil, err
 	}
 	zero, err := Open(cfg)
 	if err != nil {
 		return nil, err
 	}
-	h := &Host{Groups: []*Node{zero}, stop: make(chan struct{}), done: make(chan struct{})}
-	for g := 1; g <= data; g++ {
+	h := &Host{Groups: make([]*Node, data+1), replicas: replicas, stop: make(chan struct{}), done: make(chan struct{})}
+	h.Groups[0] = zero
+	for _, g := range dg.hosts {
 		c := cfg
 		c.Dir = filepath.Join(cfg.Dir, "groups", strconv.Itoa(g))
 		c.links, c.group = zero.links, uint16(g)
+		if len(cfg.Bootstrap) > 0 {
+			c.Bootstrap = GroupMembers(cfg.Bootstrap, g, replicas)
+		}
 		nd, err := Open(c)
 		if err != nil {
 			close(h.done)
 			h.Close()
 			return nil, fmt.Errorf("cluster: group %d: %w", g, err)
 		}
-		h.Groups = append(h.Groups, nd)
+		h.Groups[g] = nd
+	}
+	if data > 0 {
+		if h.views, err = openViews(h); err != nil {
+			close(h.done)
+			h.Close()
+			return nil, err
+		}
 	}
 	go h.spread(spreadEvery(zero.cfg.HeartbeatTimeout))
 	return h, nil
-}
-
-// groupsFile, in a node's directory, holds the number of data groups the
-// node hosts: fixed when the directory is made, since the tubes' places
-// and the jobs' ids depend on it.
-const groupsFile = "data-groups"
-
-// checkGroups holds a node to the data groups its directory was made with.
-func checkGroups(dir string, data int) error {
-	p := filepath.Join(dir, groupsFile)
-	b, err := os.ReadFile(p)
-	switch {
-	case err == nil:
-		if had, _ := strconv.Atoi(strings.TrimSpace(string(b))); had != data {
-			return fmt.Errorf("cluster: %s was made with --groups %d, not %d: the number of groups is fixed when a node's directory is made", dir, had, data)
-		}
-		return nil
-	case !errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("cluster: %w", err)
-	case data == 0:
-		return nil
-	}
-	if _, err := os.Stat(filepath.Join(dir, "wal")); err == nil {
-		return fmt.Errorf("cluster: %s holds a group without data groups: --groups is given on a node's first start", dir)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("cluster: %w", err)
-	}
-	return os.WriteFile(p, []byte(strconv.Itoa(data)+"\n"), 0o600)
 }
 
 // maxGroup is the highest group id a link's preamble can name.
@@ -105,8 +106,14 @@ const maxGroup = 1<<16 - 1
 // raft port they share.
 func (h *Host) Close() error {
 	h.quiet()
+	if h.views != nil {
+		h.views.close()
+	}
 	var err error
 	for g := len(h.Groups) - 1; g >= 0; g-- {
+		if h.Groups[g] == nil {
+			continue
+		}
 		if cerr := h.Groups[g].Close(); err == nil {
 			err = cerr
 		}
@@ -133,12 +140,21 @@ func (h *Host) spread(every time.Duration) {
 	}
 }
 
-// handOff picks a group this node leads and the member to hand it to: the
-// voter of group 0 that leads the fewest groups, when that is at least two
-// fewer than this node leads, and that the group's own probes find
-// reachable and caught up (a transfer to any other would stall the
-// group's writes until it timed out). Nothing while a group has no known
-// leader: an election is on, and its outcome changes the count.
+// handOff picks a group this node leads and the member to hand it to:
+//   - the group's preferred leader, its first member (GroupMembers), if
+//     that is not this node and the group's own probes find it reachable
+//     and caught up (a transfer to any other would stall the group's
+//     writes until it timed out);
+//   - else, for a group this node is not the preferred leader of, a voter
+//     of group 0 that leads the fewest groups, when that is at least two
+//     fewer than this node leads, and that the probes find so (which only
+//     the group's members can be).
+//
+// A group never leaves its preferred leader for the count, so the two
+// never undo each other: while every node is up, each leads the groups it
+// is the first member of, as many as any other give or take one; while
+// one is down, the others share its groups. Nothing while a group has no
+// known leader: an election is on, and its outcome changes the count.
 func (h *Host) handOff() (*Node, string) {
 	zero := h.Groups[0]
 	f := zero.Raft.GetConfiguration()
@@ -146,27 +162,39 @@ func (h *Host) handOff() (*Node, string) {
 		return nil, ""
 	}
 	leads := map[string]int{}
+	var voters []Member
 	for _, s := range f.Configuration().Servers {
 		if s.Suffrage == raft.Voter {
 			leads[string(s.ID)] = 0
+			voters = append(voters, Member{ID: string(s.ID), Raft: string(s.Address)})
 		}
 	}
 	self := zero.cfg.ID
-	var mine []*Node
-	for _, nd := range h.spreadGroups() {
-		_, id := nd.Raft.LeaderWithID()
+	var mine, others []*Node
+	for _, g := range h.spreadGroups() {
+		id, _ := h.Leader(g)
 		if id == "" {
 			return nil, ""
 		}
-		if _, ok := leads[string(id)]; ok {
-			leads[string(id)]++
+		if _, ok := leads[id]; ok {
+			leads[id]++
 		}
-		if string(id) == self && nd.Raft.State() == raft.Leader && !nd.mem.busy.Load() {
-			mine = append(mine, nd)
+		nd := h.Groups[g]
+		if nd == nil || id != self || nd.Raft.State() != raft.Leader || nd.mem.busy.Load() {
+			continue
+		}
+		mine = append(mine, nd)
+		if g == 0 {
+			continue // a group of its own: nothing to spread
+		}
+		if to := GroupMembers(voters, g, h.replicas)[0].ID; to != self && nd.readyToLead(to) {
+			return nd, to
+		} else if to != self {
+			others = append(others, nd)
 		}
 	}
-	for i := len(mine) - 1; i >= 0; i-- {
-		nd, to := mine[i], ""
+	for i := len(others) - 1; i >= 0; i-- {
+		nd, to := others[i], ""
 		for id, n := range leads {
 			if id == self || n+2 > len(mine) || !nd.readyToLead(id) {
 				continue
@@ -185,11 +213,15 @@ func (h *Host) handOff() (*Node, string) {
 // spreadGroups are the groups whose leaders are spread: the data groups
 // when there are any (they run the commands; group 0 holds the members
 // alone then, and whoever leads it leads little), else group 0.
-func (h *Host) spreadGroups() []*Node {
-	if len(h.Groups) > 1 {
-		return h.Groups[1:]
+func (h *Host) spreadGroups() []int {
+	if len(h.Groups) == 1 {
+		return []int{0}
 	}
-	return h.Groups
+	gs := make([]int, 0, len(h.Groups)-1)
+	for g := 1; g < len(h.Groups); g++ {
+		gs = append(gs, g)
+	}
+	return gs
 }
 
 // readyToLead: the leader's last probe of member id answered and found it
@@ -211,7 +243,7 @@ func (h *Host) HandOver(wait time.Duration) error {
 	go func() {
 		var first error
 		for _, nd := range h.Groups {
-			if nd.Raft.State() != raft.Leader {
+			if nd == nil || nd.Raft.State() != raft.Leader {
 				continue
 			}
 			if err := nd.TransferLeader(""); err != nil && first == nil {
@@ -243,7 +275,7 @@ func (h *Host) quiet() {
 type GroupStatus struct {
 	Group   int    `json:"group"`
 	Leader  string `json:"leader"` // the leader's id, "" while there is none
-	State   string `json:"state"`  // this node's: leader, follower, candidate
+	State   string `json:"state"`  // this node's: leader, follower, candidate; elsewhere: not a member
 	Term    uint64 `json:"term"`
 	Members int    `json:"members"`
 	Jobs    int    `json:"jobs"` // in the group's replicated state on this node
@@ -253,10 +285,16 @@ type GroupStatus struct {
 	AppliedIndex uint64 `json:"applied_index"`
 }
 
-// Status is this node's view of every group it hosts, group 0 first.
+// Status is this node's view of every group, group 0 first: of a group
+// it does not host, the leader the hosts report, and the state "elsewhere".
 func (h *Host) Status() any {
 	out := make([]GroupStatus, 0, len(h.Groups))
 	for g, nd := range h.Groups {
+		if nd == nil {
+			id, _ := h.Leader(g)
+			out = append(out, GroupStatus{Group: g, Leader: id, State: "elsewhere"})
+			continue
+		}
 		_, leader := nd.Raft.LeaderWithID()
 		st := GroupStatus{Group: g, Leader: string(leader), State: stateName(nd.Raft.State()), Term: nd.Raft.CurrentTerm(),
 			Jobs: nd.FSM.jobCount(), CommitIndex: atou(nd.Raft.Stats()["commit_index"]), AppliedIndex: nd.Raft.AppliedIndex()}

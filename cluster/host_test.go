@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,12 +25,20 @@ type hostCluster struct {
 	dirs    []string
 	tls     []func() *tls.Config
 	groups  int
-	ports   []*linkLayer
-	hosts   []*Host // nil while stopped
+	// replicas is each data group's number of members, 0: every node.
+	replicas int
+	ports    []*linkLayer
+	hosts    []*Host // nil while stopped
 }
 
 func newHostCluster(t testing.TB, n, groups int, ca *testCA) *hostCluster {
-	c := &hostCluster{t: t, groups: groups, ports: make([]*linkLayer, n), hosts: make([]*Host, n)}
+	return newReplicatedHosts(t, n, groups, 0, ca)
+}
+
+// newReplicatedHosts is newHostCluster with each data group on replicas of
+// the nodes.
+func newReplicatedHosts(t testing.TB, n, groups, replicas int, ca *testCA) *hostCluster {
+	c := &hostCluster{t: t, groups: groups, replicas: replicas, ports: make([]*linkLayer, n), hosts: make([]*Host, n)}
 	for i := range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -67,7 +76,7 @@ func (c *hostCluster) open(i int) {
 		c.ports[i] = newLinkLayer(ln, c.tls[i], func() []string { return []string{"127.0.0.1"} }, linkGreeting)
 	}
 	h, err := OpenHost(Config{ID: c.members[i].ID, Dir: c.dirs[i], Raft: c.members[i].Raft, Bootstrap: c.members,
-		Log: zerolog.Nop(), links: c.ports[i]}, c.groups-1)
+		Log: zerolog.Nop(), links: c.ports[i]}, c.groups-1, c.replicas)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -100,7 +109,7 @@ func (c *hostCluster) leads() (counts map[string]int, ok bool) {
 	for g := range c.groups {
 		leaders := 0
 		for i, h := range c.hosts {
-			if h != nil && h.Groups[g].Raft.State() == raft.Leader {
+			if h != nil && h.Groups[g] != nil && h.Groups[g].Raft.State() == raft.Leader {
 				if g > 0 || c.groups == 1 { // the data groups' leads are spread
 					counts[c.members[i].ID]++
 				}
@@ -109,7 +118,7 @@ func (c *hostCluster) leads() (counts map[string]int, ok bool) {
 		}
 		ok = ok && leaders == 1
 	}
-	return counts, true
+	return counts, ok
 }
 
 // spread waits until every group has one leader and the running hosts
@@ -196,26 +205,157 @@ func TestHostLeadsEndSpreadAfterRandomRestarts(t *testing.T) {
 // data groups added to a directory that holds a group without them, is
 // refused with the reason.
 func TestANodesGroupsAreFixedWhenItsDirectoryIsMade(t *testing.T) {
+	boot := []Member{{ID: "n1", Raft: "127.0.0.1:1"}, {ID: "n2", Raft: "127.0.0.1:2"}, {ID: "n3", Raft: "127.0.0.1:3"}}
+	check := func(dir string, n, replicas int) error {
+		_, err := checkGroups(dir, n, replicas, "n1", boot)
+		return err
+	}
 	dir := t.TempDir()
-	if err := checkGroups(dir, 3); err != nil {
+	if err := check(dir, 3, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkGroups(dir, 3); err != nil {
+	if err := check(dir, 3, 0); err != nil {
 		t.Fatalf("the same number again: %v", err)
 	}
 	for _, n := range []int{0, 2} {
-		if err := checkGroups(dir, n); err == nil || !strings.Contains(err.Error(), "was made with --groups 3") {
+		if err := check(dir, n, 0); err == nil || !strings.Contains(err.Error(), "was made with --groups 3") {
 			t.Fatalf("--groups %d on a directory made with 3: %v", n, err)
 		}
+	}
+	if err := check(dir, 3, 2); err == nil || !strings.Contains(err.Error(), "was made with --replicas 0, not 2") {
+		t.Fatalf("--replicas 2 on a directory made without: %v", err)
 	}
 	old := t.TempDir()
 	if err := os.Mkdir(filepath.Join(old, "wal"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkGroups(old, 0); err != nil {
+	if err := check(old, 0, 0); err != nil {
 		t.Fatalf("a one-group node as it was: %v", err)
 	}
-	if err := checkGroups(old, 2); err == nil || !strings.Contains(err.Error(), "--groups is given on a node's first start") {
+	if err := check(old, 2, 0); err == nil || !strings.Contains(err.Error(), "--groups is given on a node's first start") {
 		t.Fatalf("data groups added to a one-group node's directory: %v", err)
 	}
+	if err := check(t.TempDir(), 0, 2); err == nil || !strings.Contains(err.Error(), "--replicas goes with --groups") {
+		t.Fatalf("--replicas without --groups: %v", err)
+	}
+	if _, err := checkGroups(t.TempDir(), 3, 2, "n9", boot); err == nil || !strings.Contains(err.Error(), "not among --bootstrap's members") {
+		t.Fatalf("--replicas on a node not bootstrapped: %v", err)
+	}
+	// With replicas, the groups a node hosts are recorded, and read back
+	// without --bootstrap.
+	rep := t.TempDir()
+	made, err := checkGroups(rep, 3, 2, "n1", boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := checkGroups(rep, 3, 2, "n1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(made.hosts, []int{1, 3}) || !slices.Equal(again.hosts, made.hosts) {
+		t.Fatalf("n1 of 3 nodes hosts groups %v, read back as %v; want [1 3] both times", made.hosts, again.hosts)
+	}
+}
+
+// Each data group has replicas members, in the order of the nodes' ids
+// from the group's own on, whatever order --bootstrap lists them in: every
+// node is the first member (the preferred leader) of as many groups as any
+// other, give or take one, and with a multiple of the nodes' number of
+// groups, hosts as many as any other.
+func TestGroupMembersSpreadEveryGroupOverReplicasOfTheNodes(t *testing.T) {
+	boot := []Member{{ID: "n3"}, {ID: "n1"}, {ID: "n6"}, {ID: "n2"}, {ID: "n5"}, {ID: "n4"}}
+	for _, c := range []struct{ groups, replicas int }{{6, 3}, {7, 3}, {4, 2}, {6, 0}, {6, 6}, {2, 9}} {
+		hosts, firsts := map[string]int{}, map[string]int{}
+		for g := 1; g <= c.groups; g++ {
+			m := GroupMembers(boot, g, c.replicas)
+			want := c.replicas
+			if want == 0 || want > len(boot) {
+				want = len(boot)
+			}
+			ids := map[string]bool{}
+			for _, x := range m {
+				ids[x.ID] = true
+				hosts[x.ID]++
+			}
+			if len(m) != want || len(ids) != want {
+				t.Fatalf("%d groups on %d replicas: group %d has members %v, want %d distinct", c.groups, c.replicas, g, m, want)
+			}
+			if m[0].ID != fmt.Sprintf("n%d", (g-1)%len(boot)+1) {
+				t.Fatalf("group %d's first member is %s", g, m[0].ID)
+			}
+			firsts[m[0].ID]++
+		}
+		spread := func(counts map[string]int) int {
+			lo, hi := c.groups, 0
+			for _, x := range boot {
+				lo, hi = min(lo, counts[x.ID]), max(hi, counts[x.ID])
+			}
+			return hi - lo
+		}
+		if spread(firsts) > 1 {
+			t.Fatalf("%d groups on %d replicas: the nodes are the first members of %v groups", c.groups, c.replicas, firsts)
+		}
+		if c.groups%len(boot) == 0 && spread(hosts) != 0 {
+			t.Fatalf("%d groups on %d replicas: the nodes host %v groups", c.groups, c.replicas, hosts)
+		}
+	}
+}
+
+// With replicas, each data group runs on its members alone, every node
+// learns where the leaders of the groups it does not host are from the
+// nodes that host them, and the leads are spread over all the nodes, also
+// after a node dies and comes back.
+func TestHostReplicasRunEachGroupOnItsMembersAndEveryNodeKnowsEveryLeader(t *testing.T) {
+	const nodes, groups, replicas = 4, 5, 3 // data groups 1 to 4
+	c := newReplicatedHosts(t, nodes, groups, replicas, nil)
+	for i, h := range c.hosts {
+		for g := 1; g < groups; g++ {
+			member := slices.ContainsFunc(GroupMembers(c.members, g, replicas), func(m Member) bool { return m.ID == c.members[i].ID })
+			if (h.Groups[g] != nil) != member {
+				t.Fatalf("n%d hosts group %d: %v; a member: %v", i+1, g, h.Groups[g] != nil, member)
+			}
+			if member {
+				if f := h.Groups[g].Raft.GetConfiguration(); f.Error() != nil || len(f.Configuration().Servers) != replicas {
+					t.Fatalf("group %d on n%d: configuration %v (%v), want %d members", g, i+1, f.Configuration(), f.Error(), replicas)
+				}
+			}
+		}
+	}
+	for id, n := range c.spread() {
+		if n != 1 {
+			t.Fatalf("%s leads %d groups, want 1", id, n)
+		}
+	}
+	c.agreeOnLeaders()
+	c.stop(0)
+	c.spread()
+	c.agreeOnLeaders()
+	c.open(0)
+	c.spread()
+	c.agreeOnLeaders()
+}
+
+// agreeOnLeaders waits until every running host names, for every data
+// group, the leader that group's replicas have.
+func (c *hostCluster) agreeOnLeaders() {
+	c.t.Helper()
+	waitUntil(c.t, "every node to know every group's leader", func() bool {
+		for g := 1; g < c.groups; g++ {
+			want := ""
+			for i, h := range c.hosts {
+				if h != nil && h.Groups[g] != nil && h.Groups[g].Raft.State() == raft.Leader {
+					want = c.members[i].ID
+				}
+			}
+			for _, h := range c.hosts {
+				if h == nil {
+					continue
+				}
+				if id, _ := h.Leader(g); want == "" || id != want {
+					return false
+				}
+			}
+		}
+		return true
+	})
 }

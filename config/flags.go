@@ -100,6 +100,9 @@ type Config struct {
 	// Groups is --groups: the data groups the cluster's tubes are spread
 	// over (0: the tubes live in the one group every cluster has).
 	Groups int
+	// Replicas is --replicas: how many of the nodes each data group runs
+	// on (0: every node).
+	Replicas int
 	// Join is --join: a member's --http address that adds this node to a
 	// running group on its first start, as HOST:PORT or with the scheme
 	// to speak, http://HOST:PORT or https://HOST:PORT (see JoinURL).
@@ -294,10 +297,12 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 			return fail("--cluster-dir needs --node-id and --raft")
 		case cfg.Groups > 0 && (cfg.Join != "" || cfg.ClusterImport != ""):
 			return fail("--groups does not go with --join or --cluster-import: a cluster of many groups keeps the members it was bootstrapped with and starts empty")
+		case cfg.Replicas > 0 && cfg.Groups == 0:
+			return fail("--replicas goes with --groups: it is how many nodes each data group runs on")
 		}
-	} else if cfg.NodeID != "" || cfg.RaftAddr != "" || cfg.Bootstrap != "" || cfg.Join != "" || cfg.ClusterImport != "" || cfg.Groups != 0 ||
+	} else if cfg.NodeID != "" || cfg.RaftAddr != "" || cfg.Bootstrap != "" || cfg.Join != "" || cfg.ClusterImport != "" || cfg.Groups != 0 || cfg.Replicas != 0 ||
 		cfg.ClusterCert != "" || cfg.ClusterKey != "" || cfg.ClusterCA != "" || cfg.RaftInsecure {
-		return fail("--node-id, --raft, --bootstrap, --groups, --join, --cluster-import, --cluster-cert, --cluster-key, --cluster-ca and --raft-insecure-plaintext go with --cluster-dir")
+		return fail("--node-id, --raft, --bootstrap, --groups, --replicas, --join, --cluster-import, --cluster-cert, --cluster-key, --cluster-ca and --raft-insecure-plaintext go with --cluster-dir")
 	}
 	if msg := cfg.linkSecurity(); msg != "" {
 		return fail("%s", msg)
@@ -394,6 +399,14 @@ var longOpts = []longOpt{
 			return fmt.Errorf("want a number of data groups from 0 to %d", MaxGroups)
 		}
 		cfg.Groups = n
+		return nil
+	}},
+	{name: "--replicas", set: func(cfg *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("want how many nodes each data group runs on, 1 or more")
+		}
+		cfg.Replicas = n
 		return nil
 	}},
 	{name: "--cluster-import", set: nonEmpty(func(cfg *Config, v string) { cfg.ClusterImport = v })},

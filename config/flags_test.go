@@ -92,6 +92,9 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
             spread the tubes over N raft groups, each led by a node of
             its own; give every node the same N on its first start (0,
             the default: one group holds every tube)
+ --replicas R
+            with --groups, run each group on R of the nodes (0, the
+            default: on every node); given alike on the first start
  --join HOST:PORT
             on its first start, ask the member whose --http is HOST:PORT
             to add this node (with the --http-token-file token), over
@@ -349,10 +352,18 @@ func TestParse(t *testing.T) {
 			stderr: usageErr("invalid value for --groups: 257 (want a number of data groups from 0 to 256)"), code: 5, done: true},
 		{name: "groups with join", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--groups=3", "--join=127.0.0.1:8080"},
 			stderr: usageErr("--groups does not go with --join or --cluster-import: a cluster of many groups keeps the members it was bootstrapped with and starts empty"), code: 5, done: true},
+		{name: "replicas", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--groups=6", "--replicas", "3"},
+			want: with(func(c *Config) {
+				c.ClusterDir, c.NodeID, c.RaftAddr, c.Groups, c.Replicas = "d", "a", "127.0.0.1:7000", 6, 3
+			})},
+		{name: "replicas not a number", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--groups=6", "--replicas=0"},
+			stderr: usageErr("invalid value for --replicas: 0 (want how many nodes each data group runs on, 1 or more)"), code: 5, done: true},
+		{name: "replicas without groups", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--replicas=3"},
+			stderr: usageErr("--replicas goes with --groups: it is how many nodes each data group runs on"), code: 5, done: true},
 		{name: "the links' files go together", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--cluster-ca=nca"},
 			stderr: usageErr("--cluster-cert, --cluster-key and --cluster-ca go together"), code: 5, done: true},
 		{name: "the links' files go with a cluster", args: []string{"--cluster-ca=nca"},
-			stderr: usageErr("--node-id, --raft, --bootstrap, --groups, --join, --cluster-import, --cluster-cert, --cluster-key, --cluster-ca and --raft-insecure-plaintext go with --cluster-dir"), code: 5, done: true},
+			stderr: usageErr("--node-id, --raft, --bootstrap, --groups, --replicas, --join, --cluster-import, --cluster-cert, --cluster-key, --cluster-ca and --raft-insecure-plaintext go with --cluster-dir"), code: 5, done: true},
 		{name: "pprof takes no value", args: []string{"--http-pprof=1"},
 			stderr: usageErr("flag takes no argument: --http-pprof"), code: 5, done: true},
 		{name: "http max conns", args: []string{"--http-max-conns=5"},

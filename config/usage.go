@@ -90,6 +90,9 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
             spread the tubes over N raft groups, each led by a node of
             its own; give every node the same N on its first start (0,
             the default: one group holds every tube)
+ --replicas R
+            with --groups, run each group on R of the nodes (0, the
+            default: on every node); given alike on the first start
  --join HOST:PORT
             on its first start, ask the member whose --http is HOST:PORT
             to add this node (with the --http-token-file token), over

@@ -34,12 +34,12 @@ func groupOfID(id uint64, n int) int {
 }
 
 // startGroupsCluster starts n nodes whose tubes are spread over groups
-// data groups (--groups), and returns it once a put to a tube of every
-// group is acknowledged through the first node.
-func startGroupsCluster(t *testing.T, n, groups int) *testCluster {
+// data groups (--groups), with more flags if given, and returns it once a
+// put to a tube of every group is acknowledged through the first node.
+func startGroupsCluster(t *testing.T, n, groups int, more ...string) *testCluster {
 	t.Helper()
 	tc := newTestCluster(t, n)
-	tc.args = []string{"--groups", strconv.Itoa(groups)}
+	tc.args = append([]string{"--groups", strconv.Itoa(groups)}, more...)
 	for _, nd := range tc.nodes {
 		tc.start(nd)
 	}
@@ -176,6 +176,89 @@ func TestGroupsServeEveryCommandThroughAnyNode(t *testing.T) {
 	})
 	t.Run("pipelined commands are answered in order", func(t *testing.T) { pipelinedInOrder(t, tc, groups) })
 	t.Run("quit answers what came before it", func(t *testing.T) { quitAnswersWhatCameBefore(t, tc) })
+}
+
+// With --replicas, each data group runs on that many of the nodes, and
+// every node still serves every command of every group: a node that hosts
+// a group and one that does not answer alike, /cluster/groups names every
+// group's leader on every node, and a node's death leaves every group
+// served (each keeps a majority of its replicas), every acknowledged job
+// kept.
+func TestGroupsOnReplicasServeEveryGroupThroughEveryNode(t *testing.T) {
+	const nodes, groups, replicas = 5, 5, 3
+	tc := startGroupsCluster(t, nodes, groups, "--replicas", strconv.Itoa(replicas))
+	leaders := tc.settled(tc.nodes[0], 60*time.Second)
+	for _, nd := range tc.nodes {
+		gs := tc.groups(nd)
+		hosted := 0
+		for _, g := range gs {
+			if g.Group == 0 {
+				if g.Members != nodes {
+					t.Fatalf("%s: group 0 has %d members, want %d", nd.id, g.Members, nodes)
+				}
+				continue
+			}
+			if g.Leader != leaders[g.Group] {
+				t.Fatalf("%s names %q the leader of group %d; %s names %q", nd.id, g.Leader, g.Group, tc.nodes[0].id, leaders[g.Group])
+			}
+			if g.State != "elsewhere" {
+				hosted++
+				if g.Members != replicas {
+					t.Fatalf("%s: group %d has %d members, want %d", nd.id, g.Group, g.Members, replicas)
+				}
+			}
+		}
+		if hosted != groups*replicas/nodes {
+			t.Fatalf("%s hosts %d data groups, want %d: %+v", nd.id, hosted, groups*replicas/nodes, gs)
+		}
+	}
+	put := func(nd *clusterNode, g int) (uint64, bool) {
+		out := try(nd.srv.addr, "use "+tubeOfGroup(g, groups, "r")+"\r\nput 0 0 60 1\r\nx\r\n", 5*time.Second)
+		_, id, ok := strings.Cut(out, "INSERTED ")
+		if !ok {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(strings.TrimSuffix(id, "\r\n"), 10, 64)
+		return n, err == nil
+	}
+	var acked []uint64
+	for _, nd := range tc.nodes {
+		for g := 1; g <= groups; g++ {
+			id, ok := put(nd, g)
+			if !ok || groupOfID(id, groups) != g {
+				t.Fatalf("put through %s to group %d: job %d (acknowledged: %v)", nd.id, g, id, ok)
+			}
+			acked = append(acked, id)
+		}
+	}
+	victim := tc.nodes[1]
+	if err := victim.srv.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-victim.srv.exited
+	survivors := []*clusterNode{tc.nodes[0], tc.nodes[2], tc.nodes[3], tc.nodes[4]}
+	for _, nd := range survivors {
+		for g := 1; g <= groups; g++ {
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				if id, ok := put(nd, g); ok {
+					acked = append(acked, id)
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("group %d took no put through %s within 60 s of %s's death", g, nd.id, victim.id)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	for i, nd := range survivors {
+		c := nd.srv.dial(t)
+		for _, id := range acked[i*len(acked)/len(survivors) : (i+1)*len(acked)/len(survivors)] {
+			mustSend(t, c, fmt.Sprintf("peek %d\r\n", id))
+			expect(t, c, fmt.Sprintf("FOUND %d 1\r\nx\r\n", id))
+		}
+	}
 }
 
 // A reserve over tubes of several groups takes the most urgent job any of

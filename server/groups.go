@@ -46,7 +46,7 @@ func (s *Server) runGroups(host *cluster.Host) int {
 		return d.Dial("tcp", addr)
 	}
 	rt := route.New(route.Config{Groups: n, Dial: dial, MaxJobSize: uint32(cfg.MaxJobSize), LeaderWait: leaderWait, Log: log,
-		Leader: func(g int) string { return host.Groups[g].ServingAddr() }})
+		Leader: func(g int) string { _, addr := host.Leader(g); return addr }})
 	for _, ln := range s.lns {
 		go func() { _ = rt.Serve(ln) }()
 	}
@@ -55,11 +55,20 @@ func (s *Server) runGroups(host *cluster.Host) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	hosted := 0
+	for _, nd := range host.Groups[1:] {
+		if nd != nil {
+			hosted++
+		}
+	}
 	for g := 1; g <= n; g++ {
+		if host.Groups[g] == nil {
+			continue // another node's: its leader serves this node's router
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.leadGroup(ctx, host.Groups[g], g, n, linkTLS)
+			s.leadGroup(ctx, host.Groups[g], g, n, hosted, linkTLS)
 		}()
 	}
 	s.takes(CallStop)
@@ -93,8 +102,8 @@ func (s *Server) runGroups(host *cluster.Host) int {
 }
 
 // leadGroup serves data group g of n while this node leads it, until ctx
-// ends.
-func (s *Server) leadGroup(ctx context.Context, node *cluster.Node, g, n int, linkTLS func() *tls.Config) {
+// ends; this node hosts hosted data groups, which share its memory.
+func (s *Server) leadGroup(ctx context.Context, node *cluster.Node, g, n, hosted int, linkTLS func() *tls.Config) {
 	log := s.log.With().Int("group", g).Logger()
 	for {
 		jl, err := node.AwaitLeadership(ctx)
@@ -104,7 +113,7 @@ func (s *Server) leadGroup(ctx context.Context, node *cluster.Node, g, n int, li
 			}
 			return
 		}
-		if err := s.serveGroup(ctx, node, jl, g, n, linkTLS); err != nil {
+		if err := s.serveGroup(ctx, node, jl, g, n, hosted, linkTLS); err != nil {
 			log.Error().Err(err).Msg("cluster: could not serve the group; another node may lead it")
 			node.StepDown(jl)
 			if tr := node.TransferLeader(""); tr != nil {
@@ -121,7 +130,7 @@ func (s *Server) leadGroup(ctx context.Context, node *cluster.Node, g, n int, li
 
 // serveGroup loads group g's engine from its replicated state and serves
 // it on an internal listener until this node loses the lead or ctx ends.
-func (s *Server) serveGroup(ctx context.Context, node *cluster.Node, jl *cluster.Journal, g, n int, linkTLS func() *tls.Config) error {
+func (s *Server) serveGroup(ctx context.Context, node *cluster.Node, jl *cluster.Journal, g, n, hosted int, linkTLS func() *tls.Config) error {
 	host, _, err := net.SplitHostPort(s.cfg.RaftAddr)
 	if err != nil {
 		return err
@@ -153,8 +162,8 @@ func (s *Server) serveGroup(ctx context.Context, node *cluster.Node, jl *cluster
 	// The node's memory is shared by the groups it may lead: each engine
 	// gets a share of the ceiling and of the input budget.
 	ceiling, input := s.memoryLimits()
-	eng.SetJobMemoryLimit(ceiling / int64(n))
-	srv.SetInputBudget(input / int64(n))
+	eng.SetJobMemoryLimit(ceiling / int64(hosted))
+	srv.SetInputBudget(input / int64(hosted))
 	served := make(chan error, 1)
 	go func() {
 		if linkTLS != nil {

@@ -127,7 +127,7 @@ func (s *Server) openNode() (*cluster.Host, int) {
 		}
 	}
 	host, err := cluster.OpenHost(cluster.Config{ID: cfg.NodeID, Dir: cfg.ClusterDir, Raft: cfg.RaftAddr,
-		Bootstrap: members, TLS: nodeTLS, Log: s.log}, cfg.Groups)
+		Bootstrap: members, TLS: nodeTLS, Log: s.log}, cfg.Groups, cfg.Replicas)
 	if err != nil {
 		fmt.Fprintf(s.stderr, "beanpole: %v\n", err)
 		return nil, 1
