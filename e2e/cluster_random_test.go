@@ -117,18 +117,27 @@ func (w *wire) call(cmd string) (line, body string, err error) {
 	return line, body, nil
 }
 
-func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) { randomizedFaults(t, 0) }
+func TestClusterRandomizedFaultsLoseNothingAcknowledged(t *testing.T) { randomizedFaults(t, 3, 0, 0) }
 
 // The same search against three nodes whose tubes are spread over three
 // data groups (--groups 3): each producer puts to a tube of its own group,
 // every worker watches a tube of every group, the faults strike the leader
 // of a group picked at random, and a put to that group through an
 // untouched node measures its failover. Ids increase per group.
-func TestGroupsRandomizedFaultsLoseNothingAcknowledged(t *testing.T) { randomizedFaults(t, 3) }
+func TestGroupsRandomizedFaultsLoseNothingAcknowledged(t *testing.T) { randomizedFaults(t, 3, 3, 0) }
 
-// randomizedFaults is the search against a cluster of groups data groups
-// (0: the one group).
-func randomizedFaults(t *testing.T, groups int) {
+// The same search against five nodes with five data groups on three
+// replicas each (--replicas 3): the clients' nodes host some groups and
+// not others, the follower a fault strikes is a member of the struck
+// leader's group, and the node measuring the failover may host it or not.
+func TestGroupsOnReplicasRandomizedFaultsLoseNothingAcknowledged(t *testing.T) {
+	randomizedFaults(t, 5, 5, 3)
+}
+
+// randomizedFaults is the search against a cluster of nodes nodes and
+// groups data groups (0: the one group), each on replicas of the nodes (0:
+// on every node).
+func randomizedFaults(t *testing.T, nodes, groups, replicas int) {
 	t.Parallel()
 	dur := 12 * time.Second
 	if v := os.Getenv("BEANPOLE_CLUSTER_RANDOM_DURATION"); v != "" {
@@ -143,12 +152,15 @@ func randomizedFaults(t *testing.T, groups int) {
 	tubes := []string{"default"}
 	if groups > 0 {
 		extra = []string{"--groups", strconv.Itoa(groups)}
+		if replicas > 0 {
+			extra = append(extra, "--replicas", strconv.Itoa(replicas))
+		}
 		tubes = nil
 		for g := 1; g <= groups; g++ {
 			tubes = append(tubes, tubeOfGroup(g, groups, "r"))
 		}
 	}
-	tc, pt := startPartitionableCluster(t, 3, extra...)
+	tc, pt := startPartitionableCluster(t, nodes, extra...)
 	if groups > 0 {
 		tc.settled(tc.nodes[0], 60*time.Second)
 	} else {
@@ -342,7 +354,7 @@ func randomizedFaults(t *testing.T, groups int) {
 		time.Sleep(time.Duration(800+rand.IntN(1200)) * time.Millisecond)
 		// The leader struck is group 0's, or a data group's picked at
 		// random; a put to that group measures its failover.
-		var lead *clusterNode
+		var lead, follower *clusterNode
 		availTube := "avail"
 		if groups > 0 {
 			leaders := tc.settled(tc.running(), 60*time.Second)
@@ -354,11 +366,21 @@ func randomizedFaults(t *testing.T, groups int) {
 					lead = nd
 				}
 			}
+			// A follower of the struck group: with replicas, one of its
+			// members (the nodes in the order of their ids, from the
+			// (g-1)th on).
+			for k := range max(replicas, 1) {
+				if nd := tc.nodes[(g-1+k)%nodes]; replicas > 0 && nd != lead && follower == nil {
+					follower = nd
+				}
+			}
 		} else {
 			lead = tc.agreedLeader()
 			tc.caughtUp(lead)
 		}
-		follower := tc.other(lead)
+		if follower == nil {
+			follower = tc.other(lead)
+		}
 		third := tc.other(lead, follower)
 		li, fi := tc.index(lead), tc.index(follower)
 		type fault struct {
@@ -417,15 +439,29 @@ func randomizedFaults(t *testing.T, groups int) {
 		}
 		return tc.leader()
 	}
+	// A lead that moves (the nodes hand their groups back to a node that
+	// is up again) closes the connections with a command on its way to
+	// it, as a server's death does: a client dials again.
 	dial := func(tube string) *conn {
-		c := drainNode().srv.dial(t)
-		if tube != "default" {
-			mustSend(t, c, "watch "+tube+"\r\nignore default\r\n")
-			if line := readLine(t, c) + "," + readLine(t, c); line != "WATCHING 2,WATCHING 1" {
-				t.Fatalf("drain: watch %s: %q", tube, line)
+		deadline := time.Now().Add(time.Minute)
+		for {
+			c := drainNode().srv.dial(t)
+			if tube == "default" {
+				return c
 			}
+			mustSend(t, c, "watch "+tube+"\r\nignore default\r\n")
+			first, err := c.lineBy(time.Now().Add(defaultTimeout))
+			if err == nil {
+				if line := first + "," + readLine(t, c); line != "WATCHING 2,WATCHING 1" {
+					t.Fatalf("drain: watch %s: %q", tube, line)
+				}
+				return c
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("drain: watch %s: %v, for a minute", tube, err)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		return c
 	}
 	t.Logf("faults %v; %d puts and %d deletes acknowledged", faults, h.puts, h.del)
 	var all []time.Duration
