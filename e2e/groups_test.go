@@ -261,6 +261,92 @@ func TestGroupsOnReplicasServeEveryGroupThroughEveryNode(t *testing.T) {
 	}
 }
 
+// A put's body goes on to its group's leader as it arrives, where the
+// group's engine charges it to its share of the memory ceiling: a node's
+// router holds no more of a body than a write buffer. Clients half-way
+// through 1 MiB bodies make the node they sent them to grow by what its
+// own group's engine charges, not by what they sent; the puts, once their
+// bodies end, are answered as one server answers them.
+func TestGroupsPutBodiesUnderWayAreChargedAtTheirGroup(t *testing.T) {
+	const (
+		groups  = 3
+		size    = 1 << 20
+		clients = 150
+		ceiling = 24 << 20
+	)
+	tc := startGroupsCluster(t, 3, groups, "-z", strconv.Itoa(size), "--max-job-memory", strconv.Itoa(ceiling))
+	nd := tc.nodes[0]
+	pid := nd.srv.pid()
+	readAll := func() (n int64) {
+		for _, x := range tc.nodes {
+			r, ok := procReadBytes(t, x.srv.pid())
+			if !ok {
+				t.Skip("the kernel keeps no count of bytes read")
+			}
+			n += r
+		}
+		return n
+	}
+	read0, rss0 := readAll(), procStatusKB(t, pid, "VmRSS")
+	hdr := fmt.Sprintf("put 0 0 60 %d\r\n", size)
+	half := strings.Repeat("b", size/2)
+	var cs []*conn
+	for i := range clients {
+		c := nd.srv.dial(t)
+		tube := tubeOfGroup(1+i%groups, groups, "big")
+		mustSend(t, c, "use "+tube+"\r\n")
+		expect(t, c, "USING "+tube+"\r\n")
+		mustSend(t, c, hdr+half)
+		cs = append(cs, c)
+	}
+	// Each half is read twice: by the router, then by its group's leader.
+	waitFor(t, 4*defaultTimeout, "the halves to reach their groups", func() bool {
+		return readAll()-read0 >= 2*clients*int64(len(hdr)+len(half))
+	})
+	grown := procStatusKB(t, pid, "VmHWM") - rss0
+	t.Logf("%d clients half-way through 1 MiB bodies: the node's VmHWM grew by %d kB", clients, grown)
+	if !raceSkipsBound(t, "VmHWM") && grown > (ceiling+16<<20)>>10 {
+		t.Fatalf("%d clients half-way through 1 MiB bodies, %d MiB in all, grew the node they sent them to by %d kB, over the ceiling of %d MiB",
+			clients, clients/2, grown, ceiling>>20)
+	}
+	inserted := 0
+	for _, c := range cs[:groups*3] {
+		mustSend(t, c, half+"\r\n")
+		switch line := readLine(t, c); {
+		case strings.HasPrefix(line, "INSERTED "):
+			inserted++
+		case line == "OUT_OF_MEMORY":
+		default:
+			t.Fatalf("a put of 1 MiB sent in two halves: %q", line)
+		}
+	}
+	if inserted == 0 {
+		t.Fatal("no put of 1 MiB inserted under a ceiling of 24 MiB")
+	}
+}
+
+// A client whose reserve waits is read meanwhile (to see it hang up), up
+// to what one server holds of a waiting connection's input, max(4 MiB,
+// 2 × (-z + 256)): a client that sends more is closed, its wait ended.
+func TestGroupsAClientThatFloodsWhileItsReserveWaitsIsClosed(t *testing.T) {
+	tc := startGroupsCluster(t, 3, 3)
+	c := tc.nodes[0].srv.dial(t)
+	mustSend(t, c, "reserve-with-timeout 60\r\n")
+	flood := []byte(strings.Repeat("list-tube-used\r\n", (8<<20)/len("list-tube-used\r\n")))
+	go func() { _, _ = c.nc.Write(flood) }()
+	deadline := time.Now().Add(4 * defaultTimeout)
+	for c.eof == nil && c.fill(deadline) == nil {
+		if len(c.buf) > 0 {
+			t.Fatalf("the flooding client got %s", show(string(c.buf)))
+		}
+	}
+	if c.eof == nil {
+		t.Fatalf("the flooding client was not closed within %v", 4*defaultTimeout)
+	}
+	p := tc.nodes[0].srv.dial(t)
+	roundTrip(t, p, defaultTimeout)
+}
+
 // A reserve over tubes of several groups takes the most urgent job any of
 // them has ready, puts the others' offers back uncounted, and, when none
 // has one, waits at every group for the first.

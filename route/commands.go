@@ -174,7 +174,9 @@ func (s *session) waitAll(bs []*backend, line []byte) bool {
 			won = true
 		case p, ok := <-in:
 			if ok {
-				s.buf = append(s.buf, p...)
+				if !s.take(p) {
+					return false
+				}
 				continue
 			}
 			// The client hung up: no job for it, as on one server.
@@ -215,7 +217,9 @@ func (s *session) wait(b *backend) ([]byte, bool) {
 			return w.reply, w.err == nil
 		case p, ok := <-s.in:
 			if ok {
-				s.buf = append(s.buf, p...)
+				if !s.take(p) {
+					return nil, false
+				}
 				continue
 			}
 			s.ended = true

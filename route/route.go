@@ -62,6 +62,9 @@ type Router struct {
 	// the locks of the node's raft and state.
 	leaders []atomic.Pointer[string]
 	done    chan struct{}
+	// waitCap bounds the input a session holds while a reserve waits, as
+	// one server bounds a waiting connection's: max(4 MiB, 2 × (-z + 256)).
+	waitCap int
 }
 
 // leaderRefresh is how often the router looks up where each group's
@@ -72,7 +75,7 @@ const leaderRefresh = 10 * time.Millisecond
 // New makes a router; Stop ends it.
 func New(cfg Config) *Router {
 	r := &Router{cfg: cfg, conns: map[net.Conn]struct{}{}, leaders: make([]atomic.Pointer[string], cfg.Groups+1),
-		done: make(chan struct{})}
+		done: make(chan struct{}), waitCap: max(4<<20, 2*(int(cfg.MaxJobSize)+256))}
 	r.refreshLeaders()
 	go func() {
 		t := time.NewTicker(leaderRefresh)

@@ -18,13 +18,17 @@ const flushAt = 64 << 10
 // chunk at a time, so a client that sends and does not read is held back
 // by TCP.
 type session struct {
-	r     *Router
-	c     net.Conn
-	in    chan []byte // closed at the client's end of input
-	done  chan struct{}
-	buf   []byte // input not yet run
-	dec   codec.Decoder
-	put   []byte // the put line and its body so far
+	r    *Router
+	c    net.Conn
+	in   chan []byte // closed at the client's end of input
+	free chan []byte // chunks of input taken, for read to fill again
+	done chan struct{}
+	buf  []byte // input not yet run
+	dec  codec.Decoder
+	// putTo is the backend a put's body goes to as it arrives, from its
+	// line on: the group's engine charges a body under way to its memory
+	// ceiling, and the router holds no more of it than a write buffer.
+	putTo *backend
 	out   []byte
 	use   string
 	watch []string
@@ -53,7 +57,7 @@ type pending struct {
 const window = 64
 
 func newSession(r *Router, c net.Conn) *session {
-	return &session{r: r, c: c, in: make(chan []byte, 1), done: make(chan struct{}),
+	return &session{r: r, c: c, in: make(chan []byte, 1), free: make(chan []byte, 2), done: make(chan struct{}),
 		dec: codec.Decoder{MaxJobSize: r.cfg.MaxJobSize}, use: "default", watch: []string{"default"}, b: map[int]*backend{}}
 }
 
@@ -61,14 +65,21 @@ func newSession(r *Router, c net.Conn) *session {
 // session holds one such buffer.
 const readChunk = 4 << 10
 
+// read reads the client's input into chunks that run hands back once it
+// has taken them (free), so that a client's stream costs no allocation.
 func (s *session) read() {
 	defer close(s.in)
-	scratch := make([]byte, readChunk)
 	for {
-		n, err := s.c.Read(scratch)
+		var chunk []byte
+		select {
+		case chunk = <-s.free:
+		default:
+			chunk = make([]byte, readChunk)
+		}
+		n, err := s.c.Read(chunk[:readChunk])
 		if n > 0 {
 			select {
-			case s.in <- append([]byte(nil), scratch[:n]...):
+			case s.in <- chunk[:n]:
 			case <-s.done:
 				return
 			}
@@ -99,8 +110,23 @@ func (s *session) run() {
 		if !ok {
 			return
 		}
-		s.buf = append(s.buf, p...)
+		if !s.take(p) {
+			return
+		}
 	}
+}
+
+// take adds a chunk of the client's input to what is buffered, and hands
+// the chunk back to read. A session holds at most waitCap of input, as
+// one server holds of a connection whose reserve waits: past it, take
+// reports false and the client's connection is closed.
+func (s *session) take(p []byte) bool {
+	s.buf = append(s.buf, p...)
+	select {
+	case s.free <- p:
+	default:
+	}
+	return len(s.buf) <= s.r.waitCap
 }
 
 func (s *session) flush() bool {
@@ -125,21 +151,26 @@ func (s *session) runBuffered() bool {
 			return s.settle()
 		case codec.Line:
 			if !s.dec.Idle() && !s.dec.Skipping() { // a put whose body follows
-				s.put = append(s.put[:0], s.buf[off-f.N:off]...)
+				if !s.putLine(s.buf[off-f.N : off]) {
+					return false
+				}
 				continue
 			}
 			if !s.command(f.Status, &f.Cmd, s.buf[off-f.N:off]) {
 				return false
 			}
 		case codec.BodyPart:
-			s.put = append(s.put, f.Body...)
-		case codec.Body:
-			s.put = append(s.put, f.Body...)
-			if !s.forward(GroupOfTube([]byte(s.use), s.r.cfg.Groups), true, 0, true, s.put) {
+			if _, err := s.putTo.wr.Write(f.Body); err != nil {
 				return false
 			}
-		case codec.ExpectedCRLF:
-			s.reply(codec.RepExpectedCRLF)
+		case codec.Body, codec.ExpectedCRLF:
+			// The body's end, as the client sent it: the group answers
+			// INSERTED or EXPECTED_CRLF, as a server does.
+			b := s.putTo
+			s.putTo = nil
+			if !s.send(b, 0, f.Body) {
+				return false
+			}
 		case codec.JobTooBig:
 			s.reply(codec.RepJobTooBig)
 		case codec.Dropped:
@@ -151,6 +182,21 @@ func (s *session) runBuffered() bool {
 			return false
 		}
 	}
+}
+
+// putLine sends the line of a put whose body follows to its group, the
+// group of the tube the session uses.
+func (s *session) putLine(line []byte) bool {
+	b, err := s.backend(GroupOfTube([]byte(s.use), s.r.cfg.Groups))
+	if err != nil {
+		return false
+	}
+	s.useAt(b, s.use)
+	if _, err := b.wr.Write(line); err != nil {
+		return false
+	}
+	s.putTo = b
+	return true
 }
 
 // command runs one command line (not a put with a body); line is it as
