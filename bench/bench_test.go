@@ -2,11 +2,15 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
+	"fmt"
 	"hash/fnv"
 	"maps"
 	"math"
 	"math/rand"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -724,6 +728,82 @@ func TestSpreadRunDialsConnectionIToNodeIModNOnItsOwnTube(t *testing.T) {
 		}
 		if !maps.Equal(got, want) {
 			t.Errorf("node %d: connections used %v, want %v", k, got, want)
+		}
+	}
+}
+
+// groupsView is what a fake node answers to GET /cluster/groups: group 0
+// on every node, and data group g on its replicas members from node g-1
+// on; leader[g] is the index of the node that leads g (in term 10+g), and
+// each node that does not host g names it with the state "elsewhere".
+func groupsView(nodes, replicas, node int, leader []int) []map[string]any {
+	var out []map[string]any
+	for g, l := range leader {
+		st := map[string]any{"group": g, "leader": fmt.Sprintf("n%d", l+1), "state": "follower", "term": 10 + g}
+		if l == node {
+			st["state"] = "leader"
+		}
+		if g > 0 && (node-(g-1)+nodes)%nodes >= replicas {
+			st["state"], st["term"] = "elsewhere", 0
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// fakeGroupsNodes serves each node's view of the groups (view) on
+// /cluster/groups, to the token "tok" only, and returns their addresses.
+func fakeGroupsNodes(t *testing.T, nodes int, view func(node int) []map[string]any) []string {
+	var web []string
+	for k := range nodes {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/cluster/groups" || r.Header.Get("Authorization") != "Bearer tok" {
+				http.Error(w, "no", http.StatusForbidden)
+				return
+			}
+			_ = json.NewEncoder(w).Encode(view(k))
+		}))
+		t.Cleanup(srv.Close)
+		web = append(web, strings.TrimPrefix(srv.URL, "http://"))
+	}
+	return web
+}
+
+// With --replicas a node names the leader of a group it does not host,
+// with no term: six nodes, six groups on three replicas, each node
+// leading one, are spread; a node naming another leader, a member naming
+// another term, or one node leading more than its share are not.
+func TestLeadsSpreadOverReplicasTakeTheLeadersNamedElsewhere(t *testing.T) {
+	const nodes, replicas = 6, 3
+	spread := []int{0, 0, 1, 2, 3, 4, 5} // group 0, then each data group at its first member
+	hc := &http.Client{Timeout: 5 * time.Second}
+	n := &Server{}
+	web := fakeGroupsNodes(t, nodes, func(k int) []map[string]any { return groupsView(nodes, replicas, k, spread) })
+	if sig := leadsSpread(hc, web, "tok", n); sig != "n1@10 n1@11 n2@12 n3@13 n4@14 n5@15 n6@16 " || n.dataLeads != 1 {
+		t.Errorf("spread leads: %q, %d data leads at most; want every group's leader and term, 1", sig, n.dataLeads)
+	}
+	for what, view := range map[string]func(k int) []map[string]any{
+		"a node not hosting group 3 names another leader": func(k int) []map[string]any {
+			v := groupsView(nodes, replicas, k, spread)
+			if k == 5 {
+				v[3]["leader"] = "n4"
+			}
+			return v
+		},
+		"a member of group 2 names another term": func(k int) []map[string]any {
+			v := groupsView(nodes, replicas, k, spread)
+			if k == 2 {
+				v[2]["term"] = 99
+			}
+			return v
+		},
+		"n1 leads three data groups": func(k int) []map[string]any {
+			return groupsView(nodes, replicas, k, []int{0, 0, 0, 0, 3, 4, 5})
+		},
+	} {
+		web := fakeGroupsNodes(t, nodes, view)
+		if sig := leadsSpread(hc, web, "tok", &Server{}); sig != "" {
+			t.Errorf("%s: leads taken as spread (%q)", what, sig)
 		}
 	}
 }
