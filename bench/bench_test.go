@@ -476,12 +476,14 @@ func TestClusterVariantsRunTheClusterAgainstCBeanpoleAloneAndItsOneGroup(t *test
 	}
 	cts := [2]Contender{{Name: "beanpole", Path: "/bp"}, {Name: "beanstalkd", Path: "/bs"}}
 	want := map[string][2]Contender{
-		"cluster-c50":                     {{Name: "cluster", Path: "/bp", Cluster: true}, cts[1]},
-		"cluster-pipeline-c1":             {{Name: "cluster", Path: "/bp", Cluster: true}, cts[1]},
-		"cluster-c50-vs-beanpole":         {{Name: "cluster", Path: "/bp", Cluster: true}, cts[0]},
-		"cluster-pipeline-c1-vs-beanpole": {{Name: "cluster", Path: "/bp", Cluster: true}, cts[0]},
-		"cluster-groups3-c50":             {{Name: "cluster-groups3", Path: "/bp", Cluster: true, Groups: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
-		"cluster-groups3-pipeline-c9":     {{Name: "cluster-groups3", Path: "/bp", Cluster: true, Groups: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
+		"cluster-c50":                      {{Name: "cluster", Path: "/bp", Cluster: true}, cts[1]},
+		"cluster-pipeline-c1":              {{Name: "cluster", Path: "/bp", Cluster: true}, cts[1]},
+		"cluster-c50-vs-beanpole":          {{Name: "cluster", Path: "/bp", Cluster: true}, cts[0]},
+		"cluster-pipeline-c1-vs-beanpole":  {{Name: "cluster", Path: "/bp", Cluster: true}, cts[0]},
+		"cluster-groups3-c50":              {{Name: "cluster-groups3", Path: "/bp", Cluster: true, Nodes: 3, Groups: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
+		"cluster-groups3-pipeline-c9":      {{Name: "cluster-groups3", Path: "/bp", Cluster: true, Nodes: 3, Groups: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
+		"cluster6-groups6-r3-c50":          {{Name: "cluster6-groups6-r3", Path: "/bp", Cluster: true, Nodes: 6, Groups: 6, Replicas: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
+		"cluster6-groups6-r3-pipeline-c36": {{Name: "cluster6-groups6-r3", Path: "/bp", Cluster: true, Nodes: 6, Groups: 6, Replicas: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
 	}
 	if len(vs) != len(want) {
 		t.Fatalf("%d cluster variants, want %d (no pinned copies)", len(vs), len(want))
@@ -503,6 +505,7 @@ func TestClusterVariantsRunTheClusterAgainstCBeanpoleAloneAndItsOneGroup(t *test
 		{V: &Variant{Name: "cluster-pipeline-c1-vs-beanpole"}, Res: [2]*CtResult{{Median: Metrics{"put.rate": 30e3, "drain.rate": 40e3}},
 			{Median: Metrics{"put.rate": 90e3, "drain.rate": 60e3}}}},
 		{V: &Variant{Name: "cluster-groups3-pipeline-c9"}, Res: [2]*CtResult{{Median: Metrics{"put.rate": 70e3}}, {Median: Metrics{"put.rate": 50e3}}}},
+		{V: &Variant{Name: "cluster6-groups6-r3-c50"}, Res: [2]*CtResult{{Median: Metrics{"rate": 85e3}}, {Median: Metrics{"rate": 50e3}}}},
 	}, 500, false)
 	for _, re := range []string{`≥ 2× C -b -f 0 +cluster-c50 +2\.47x  MET`, `pipelined puts ≥ 0\.5× beanpole -b -f 0 +cluster-pipeline-c1-vs-beanpole +0\.33x  not met`,
 		`reserve\+delete ≥ 0\.6× beanpole -b -f 0 +cluster-pipeline-c1-vs-beanpole +0\.67x  MET`,
@@ -510,7 +513,9 @@ func TestClusterVariantsRunTheClusterAgainstCBeanpoleAloneAndItsOneGroup(t *test
 		`reserve\+delete ≥ 2× C -b -f 0 .*not measured`,
 		`round trips, 50 connections ≥ 0\.5× beanpole -b -f 0 .*not measured`,
 		`3 groups: pipelined puts over the nodes ≥ 1\.3× 3 nodes, one group +cluster-groups3-pipeline-c9 +1\.40x  MET`,
-		`3 groups: round trips, 50 connections over the nodes ≥ 1\.3× .*not measured`} {
+		`3 groups: round trips, 50 connections over the nodes ≥ 1\.3× .*not measured`,
+		`6 groups on 3 replicas: round trips, 50 connections over the nodes ≥ 1\.8× 3 nodes, one group +cluster6-groups6-r3-c50 +1\.70x  not met`,
+		`6 groups on 3 replicas: pipelined puts over the nodes ≥ 1\.8× .*not measured`} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("targets report lacks %q:\n%s", re, out)
 		}
@@ -628,26 +633,27 @@ func TestTLSVariantsRunBeanpoleTLSAgainstStunnelAndItsOwnPlaintext(t *testing.T)
 // A spread run pairs every node with every data group once in each
 // nodes×groups connections, on tubes of their own.
 func TestSpreadTubesPairEveryNodeWithEveryGroup(t *testing.T) {
-	const n = 3
-	group := func(name string) int { // as route.GroupOfTube, counting from 0
-		h := fnv.New32a()
-		h.Write([]byte(name))
-		return int(h.Sum32() % n)
-	}
-	seen := map[string]bool{}
-	pairs := map[[2]int]int{}
-	for i := range 50 {
-		name := spreadTube(i, n, n)
-		if seen[name] {
-			t.Fatalf("connection %d: tube %s is another connection's", i, name)
+	for _, n := range []int{3, 6} {
+		group := func(name string) int { // as route.GroupOfTube, counting from 0
+			h := fnv.New32a()
+			h.Write([]byte(name))
+			return int(h.Sum32() % uint32(n))
 		}
-		seen[name] = true
-		if i < n*n {
-			pairs[[2]int{i % n, group(name)}]++
+		seen := map[string]bool{}
+		pairs := map[[2]int]int{}
+		for i := range 50 {
+			name := spreadTube(i, n, n)
+			if seen[name] {
+				t.Fatalf("%d nodes, connection %d: tube %s is another connection's", n, i, name)
+			}
+			seen[name] = true
+			if i < n*n {
+				pairs[[2]int{i % n, group(name)}]++
+			}
 		}
-	}
-	if len(pairs) != n*n {
-		t.Errorf("the first %d connections pair nodes and groups as %v, want each pair once", n*n, pairs)
+		if len(pairs) != n*n {
+			t.Errorf("%d nodes: the first %d connections pair nodes and groups as %v, want each pair once", n, n*n, pairs)
+		}
 	}
 }
 
