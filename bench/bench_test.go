@@ -2,11 +2,15 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
+	"fmt"
 	"hash/fnv"
 	"maps"
 	"math"
 	"math/rand"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -472,12 +476,14 @@ func TestClusterVariantsRunTheClusterAgainstCBeanpoleAloneAndItsOneGroup(t *test
 	}
 	cts := [2]Contender{{Name: "beanpole", Path: "/bp"}, {Name: "beanstalkd", Path: "/bs"}}
 	want := map[string][2]Contender{
-		"cluster-c50":                     {{Name: "cluster", Path: "/bp", Cluster: true}, cts[1]},
-		"cluster-pipeline-c1":             {{Name: "cluster", Path: "/bp", Cluster: true}, cts[1]},
-		"cluster-c50-vs-beanpole":         {{Name: "cluster", Path: "/bp", Cluster: true}, cts[0]},
-		"cluster-pipeline-c1-vs-beanpole": {{Name: "cluster", Path: "/bp", Cluster: true}, cts[0]},
-		"cluster-groups3-c50":             {{Name: "cluster-groups3", Path: "/bp", Cluster: true, Groups: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
-		"cluster-groups3-pipeline-c9":     {{Name: "cluster-groups3", Path: "/bp", Cluster: true, Groups: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
+		"cluster-c50":                      {{Name: "cluster", Path: "/bp", Cluster: true}, cts[1]},
+		"cluster-pipeline-c1":              {{Name: "cluster", Path: "/bp", Cluster: true}, cts[1]},
+		"cluster-c50-vs-beanpole":          {{Name: "cluster", Path: "/bp", Cluster: true}, cts[0]},
+		"cluster-pipeline-c1-vs-beanpole":  {{Name: "cluster", Path: "/bp", Cluster: true}, cts[0]},
+		"cluster-groups3-c50":              {{Name: "cluster-groups3", Path: "/bp", Cluster: true, Nodes: 3, Groups: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
+		"cluster-groups3-pipeline-c9":      {{Name: "cluster-groups3", Path: "/bp", Cluster: true, Nodes: 3, Groups: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
+		"cluster6-groups6-r3-c50":          {{Name: "cluster6-groups6-r3", Path: "/bp", Cluster: true, Nodes: 6, Groups: 6, Replicas: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
+		"cluster6-groups6-r3-pipeline-c36": {{Name: "cluster6-groups6-r3", Path: "/bp", Cluster: true, Nodes: 6, Groups: 6, Replicas: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
 	}
 	if len(vs) != len(want) {
 		t.Fatalf("%d cluster variants, want %d (no pinned copies)", len(vs), len(want))
@@ -499,6 +505,7 @@ func TestClusterVariantsRunTheClusterAgainstCBeanpoleAloneAndItsOneGroup(t *test
 		{V: &Variant{Name: "cluster-pipeline-c1-vs-beanpole"}, Res: [2]*CtResult{{Median: Metrics{"put.rate": 30e3, "drain.rate": 40e3}},
 			{Median: Metrics{"put.rate": 90e3, "drain.rate": 60e3}}}},
 		{V: &Variant{Name: "cluster-groups3-pipeline-c9"}, Res: [2]*CtResult{{Median: Metrics{"put.rate": 70e3}}, {Median: Metrics{"put.rate": 50e3}}}},
+		{V: &Variant{Name: "cluster6-groups6-r3-c50"}, Res: [2]*CtResult{{Median: Metrics{"rate": 85e3}}, {Median: Metrics{"rate": 50e3}}}},
 	}, 500, false)
 	for _, re := range []string{`≥ 2× C -b -f 0 +cluster-c50 +2\.47x  MET`, `pipelined puts ≥ 0\.5× beanpole -b -f 0 +cluster-pipeline-c1-vs-beanpole +0\.33x  not met`,
 		`reserve\+delete ≥ 0\.6× beanpole -b -f 0 +cluster-pipeline-c1-vs-beanpole +0\.67x  MET`,
@@ -506,7 +513,9 @@ func TestClusterVariantsRunTheClusterAgainstCBeanpoleAloneAndItsOneGroup(t *test
 		`reserve\+delete ≥ 2× C -b -f 0 .*not measured`,
 		`round trips, 50 connections ≥ 0\.5× beanpole -b -f 0 .*not measured`,
 		`3 groups: pipelined puts over the nodes ≥ 1\.3× 3 nodes, one group +cluster-groups3-pipeline-c9 +1\.40x  MET`,
-		`3 groups: round trips, 50 connections over the nodes ≥ 1\.3× .*not measured`} {
+		`3 groups: round trips, 50 connections over the nodes ≥ 1\.3× .*not measured`,
+		`6 groups on 3 replicas: round trips, 50 connections over the nodes ≥ 1\.8× 3 nodes, one group +cluster6-groups6-r3-c50 +1\.70x  not met`,
+		`6 groups on 3 replicas: pipelined puts over the nodes ≥ 1\.8× .*not measured`} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("targets report lacks %q:\n%s", re, out)
 		}
@@ -624,26 +633,27 @@ func TestTLSVariantsRunBeanpoleTLSAgainstStunnelAndItsOwnPlaintext(t *testing.T)
 // A spread run pairs every node with every data group once in each
 // nodes×groups connections, on tubes of their own.
 func TestSpreadTubesPairEveryNodeWithEveryGroup(t *testing.T) {
-	const n = 3
-	group := func(name string) int { // as route.GroupOfTube, counting from 0
-		h := fnv.New32a()
-		h.Write([]byte(name))
-		return int(h.Sum32() % n)
-	}
-	seen := map[string]bool{}
-	pairs := map[[2]int]int{}
-	for i := range 50 {
-		name := spreadTube(i, n, n)
-		if seen[name] {
-			t.Fatalf("connection %d: tube %s is another connection's", i, name)
+	for _, n := range []int{3, 6} {
+		group := func(name string) int { // as route.GroupOfTube, counting from 0
+			h := fnv.New32a()
+			h.Write([]byte(name))
+			return int(h.Sum32() % uint32(n))
 		}
-		seen[name] = true
-		if i < n*n {
-			pairs[[2]int{i % n, group(name)}]++
+		seen := map[string]bool{}
+		pairs := map[[2]int]int{}
+		for i := range 50 {
+			name := spreadTube(i, n, n)
+			if seen[name] {
+				t.Fatalf("%d nodes, connection %d: tube %s is another connection's", n, i, name)
+			}
+			seen[name] = true
+			if i < n*n {
+				pairs[[2]int{i % n, group(name)}]++
+			}
 		}
-	}
-	if len(pairs) != n*n {
-		t.Errorf("the first %d connections pair nodes and groups as %v, want each pair once", n*n, pairs)
+		if len(pairs) != n*n {
+			t.Errorf("%d nodes: the first %d connections pair nodes and groups as %v, want each pair once", n, n*n, pairs)
+		}
 	}
 }
 
@@ -724,6 +734,82 @@ func TestSpreadRunDialsConnectionIToNodeIModNOnItsOwnTube(t *testing.T) {
 		}
 		if !maps.Equal(got, want) {
 			t.Errorf("node %d: connections used %v, want %v", k, got, want)
+		}
+	}
+}
+
+// groupsView is what a fake node answers to GET /cluster/groups: group 0
+// on every node, and data group g on its replicas members from node g-1
+// on; leader[g] is the index of the node that leads g (in term 10+g), and
+// each node that does not host g names it with the state "elsewhere".
+func groupsView(nodes, replicas, node int, leader []int) []map[string]any {
+	var out []map[string]any
+	for g, l := range leader {
+		st := map[string]any{"group": g, "leader": fmt.Sprintf("n%d", l+1), "state": "follower", "term": 10 + g}
+		if l == node {
+			st["state"] = "leader"
+		}
+		if g > 0 && (node-(g-1)+nodes)%nodes >= replicas {
+			st["state"], st["term"] = "elsewhere", 0
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// fakeGroupsNodes serves each node's view of the groups (view) on
+// /cluster/groups, to the token "tok" only, and returns their addresses.
+func fakeGroupsNodes(t *testing.T, nodes int, view func(node int) []map[string]any) []string {
+	var web []string
+	for k := range nodes {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/cluster/groups" || r.Header.Get("Authorization") != "Bearer tok" {
+				http.Error(w, "no", http.StatusForbidden)
+				return
+			}
+			_ = json.NewEncoder(w).Encode(view(k))
+		}))
+		t.Cleanup(srv.Close)
+		web = append(web, strings.TrimPrefix(srv.URL, "http://"))
+	}
+	return web
+}
+
+// With --replicas a node names the leader of a group it does not host,
+// with no term: six nodes, six groups on three replicas, each node
+// leading one, are spread; a node naming another leader, a member naming
+// another term, or one node leading more than its share are not.
+func TestLeadsSpreadOverReplicasTakeTheLeadersNamedElsewhere(t *testing.T) {
+	const nodes, replicas = 6, 3
+	spread := []int{0, 0, 1, 2, 3, 4, 5} // group 0, then each data group at its first member
+	hc := &http.Client{Timeout: 5 * time.Second}
+	n := &Server{}
+	web := fakeGroupsNodes(t, nodes, func(k int) []map[string]any { return groupsView(nodes, replicas, k, spread) })
+	if sig := leadsSpread(hc, web, "tok", n); sig != "n1@10 n1@11 n2@12 n3@13 n4@14 n5@15 n6@16 " || n.dataLeads != 1 {
+		t.Errorf("spread leads: %q, %d data leads at most; want every group's leader and term, 1", sig, n.dataLeads)
+	}
+	for what, view := range map[string]func(k int) []map[string]any{
+		"a node not hosting group 3 names another leader": func(k int) []map[string]any {
+			v := groupsView(nodes, replicas, k, spread)
+			if k == 5 {
+				v[3]["leader"] = "n4"
+			}
+			return v
+		},
+		"a member of group 2 names another term": func(k int) []map[string]any {
+			v := groupsView(nodes, replicas, k, spread)
+			if k == 2 {
+				v[2]["term"] = 99
+			}
+			return v
+		},
+		"n1 leads three data groups": func(k int) []map[string]any {
+			return groupsView(nodes, replicas, k, []int{0, 0, 0, 0, 3, 4, 5})
+		},
+	} {
+		web := fakeGroupsNodes(t, nodes, view)
+		if sig := leadsSpread(hc, web, "tok", &Server{}); sig != "" {
+			t.Errorf("%s: leads taken as spread (%q)", what, sig)
 		}
 	}
 }

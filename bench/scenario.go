@@ -78,8 +78,10 @@ type Variant struct {
 	// Groups, when above 0: the first contender is the cluster with
 	// --groups Groups, the second the cluster of one group, and the client
 	// spreads its connections over the nodes, each on a tube of its own
-	// (RunCtx.Spread).
-	Groups int
+	// (RunCtx.Spread). Nodes and Replicas, when above 0, are the first
+	// contender's number of nodes and --replicas; the second has
+	// clusterNodes nodes.
+	Groups, Nodes, Replicas int
 	// TLS: the first contender is beanpole serving TLS and the client
 	// speaks TLS to it; the second is C beanstalkd behind stunnel or, with
 	// VsBeanpole, beanpole over plaintext (the same client without TLS).
@@ -97,7 +99,8 @@ func (v *Variant) contenders(cts [2]Contender) [2]Contender {
 	}
 	if v.Groups > 0 {
 		cts[1] = cts[0]
-		cts[0].Name, cts[0].Groups = fmt.Sprintf("cluster-groups%d", v.Groups), v.Groups
+		cts[0].Name, cts[0].Groups = groupsName(v.Nodes, v.Groups, v.Replicas), v.Groups
+		cts[0].Nodes, cts[0].Replicas = v.Nodes, v.Replicas
 	}
 	if v.TLS {
 		cts[0].Name, cts[0].TLS = "beanpole-tls", true
@@ -267,28 +270,49 @@ func buildVariants(o *Options) []*Variant {
 // with a data group per node (--groups) against the cluster of one group,
 // the clients spread over the nodes and over tubes of every group. Run with
 // -node-cpu, they compare three machines that each lead a share of the
-// queue with three whose leader runs it all.
+// queue with three whose leader runs it all; and six machines, each
+// hosting three of six groups (--replicas 3), with those three.
 func groupsVariants(o *Options) []*Variant {
-	g, c, pc := clusterNodes, o.BinConns, clusterNodes*clusterNodes
-	vs2 := fmt.Sprintf("%d groups vs 1", g)
+	return append(spreadVariants(o, clusterNodes, clusterNodes, 0), spreadVariants(o, 6, 6, 3)...)
+}
+
+// groupsName names the cluster of nodes nodes with --groups groups and,
+// when above 0, --replicas replicas.
+func groupsName(nodes, groups, replicas int) string {
+	if nodes == clusterNodes && replicas == 0 {
+		return fmt.Sprintf("cluster-groups%d", groups)
+	}
+	return fmt.Sprintf("cluster%d-groups%d-r%d", nodes, groups, replicas)
+}
+
+// spreadVariants are the round trips and the pipeline of nodes nodes with
+// --groups g (and --replicas r, when above 0) against clusterNodes nodes
+// of one group. The pipeline runs a connection for each node and group.
+func spreadVariants(o *Options, nodes, g, r int) []*Variant {
+	c, pc := o.BinConns, nodes*g
+	name, vs2, flags := groupsName(nodes, g, r), fmt.Sprintf("%d groups vs 1", g), fmt.Sprintf("--groups %d", g)
+	if r > 0 {
+		vs2 = fmt.Sprintf("%d groups r%d vs %d nodes of 1", g, r, clusterNodes)
+		flags += fmt.Sprintf(" --replicas %d", r)
+	}
 	return []*Variant{{
-		Name: fmt.Sprintf("cluster-groups%d-c%d", g, c), Group: "cluster", Num: 10,
-		Desc: fmt.Sprintf("%d beanpole nodes with --groups %d vs %d of one group: put/reserve/delete round trips on %d connections spread over the nodes, each on a tube of its own, the tubes spread over the groups", clusterNodes, g, clusterNodes, c),
+		Name: fmt.Sprintf("%s-c%d", name, c), Group: "cluster", Num: 10,
+		Desc: fmt.Sprintf("%d beanpole nodes with %s vs %d of one group: put/reserve/delete round trips on %d connections spread over the nodes, each on a tube of its own, the tubes spread over the groups", nodes, flags, clusterNodes, c),
 		Rows: []RowDef{
-			{Title: fmt.Sprintf("cluster×%d rt c=%d spread, %s", clusterNodes, c, vs2), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command"},
-			{Title: fmt.Sprintf("cluster×%d rt c=%d spread, %s", clusterNodes, c, vs2), Metric: "fsyncs", Unit: "fsyncs/job", NoCPU: true},
+			{Title: fmt.Sprintf("cluster×%d rt c=%d spread, %s", nodes, c, vs2), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command"},
+			{Title: fmt.Sprintf("cluster×%d rt c=%d spread, %s", nodes, c, vs2), Metric: "fsyncs", Unit: "fsyncs/job", NoCPU: true},
 		},
-		Flags: func(string) []string { return nil }, NeedDir: true, MayNA: true, Cluster: true, Groups: g,
+		Flags: func(string) []string { return nil }, NeedDir: true, MayNA: true, Cluster: true, Groups: g, Nodes: nodes, Replicas: r,
 		Run: func(rc *RunCtx) (Metrics, error) { return runRoundTrip(rc, c, o.Size, "") },
 	}, {
-		Name: fmt.Sprintf("cluster-groups%d-pipeline-c%d", g, pc), Group: "cluster", Num: 10,
-		Desc: fmt.Sprintf("%d beanpole nodes with --groups %d vs %d of one group: pipelined puts (window %d) on %d connections, one for each node and group, each on a tube of its own, then pipelined reserve+delete of those jobs", clusterNodes, g, clusterNodes, o.PipeWindow, pc),
+		Name: fmt.Sprintf("%s-pipeline-c%d", name, pc), Group: "cluster", Num: 10,
+		Desc: fmt.Sprintf("%d beanpole nodes with %s vs %d of one group: pipelined puts (window %d) on %d connections, one for each node and group, each on a tube of its own, then pipelined reserve+delete of those jobs", nodes, flags, clusterNodes, o.PipeWindow, pc),
 		Rows: []RowDef{
-			{Key: "put.", Title: fmt.Sprintf("cluster×%d put w=%d c=%d spread, %s", clusterNodes, o.PipeWindow, pc, vs2), Metric: "rate", Unit: "puts/s", Higher: true, Lat: true, LatWhat: "per put"},
-			{Key: "put.", Title: fmt.Sprintf("cluster×%d put w=%d c=%d spread, %s", clusterNodes, o.PipeWindow, pc, vs2), Metric: "fsyncs", Unit: "fsyncs/put", NoCPU: true},
-			{Key: "drain.", Title: fmt.Sprintf("cluster×%d rsv+del w=%d c=%d spread, %s", clusterNodes, o.PipeWindow, pc, vs2), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command"},
+			{Key: "put.", Title: fmt.Sprintf("cluster×%d put w=%d c=%d spread, %s", nodes, o.PipeWindow, pc, vs2), Metric: "rate", Unit: "puts/s", Higher: true, Lat: true, LatWhat: "per put"},
+			{Key: "put.", Title: fmt.Sprintf("cluster×%d put w=%d c=%d spread, %s", nodes, o.PipeWindow, pc, vs2), Metric: "fsyncs", Unit: "fsyncs/put", NoCPU: true},
+			{Key: "drain.", Title: fmt.Sprintf("cluster×%d rsv+del w=%d c=%d spread, %s", nodes, o.PipeWindow, pc, vs2), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command"},
 		},
-		Flags: func(string) []string { return nil }, NeedDir: true, MayNA: true, Cluster: true, Groups: g,
+		Flags: func(string) []string { return nil }, NeedDir: true, MayNA: true, Cluster: true, Groups: g, Nodes: nodes, Replicas: r,
 		Run: func(rc *RunCtx) (Metrics, error) { return runPipeline(rc, pc) },
 	}}
 }

@@ -23,11 +23,12 @@ import (
 type Contender struct {
 	Name string // "beanpole" or "beanstalkd"
 	Path string
-	// Cluster: run the binary as a group of clusterNodes beanpole nodes
-	// (StartCluster) instead of one server; Groups, when above 0, is
-	// their --groups.
-	Cluster bool
-	Groups  int
+	// Cluster: run the binary as a group of beanpole nodes (StartCluster)
+	// instead of one server: Nodes of them (clusterNodes when 0). Groups,
+	// when above 0, is their --groups, and Replicas, when above 0, their
+	// --replicas.
+	Cluster                 bool
+	Nodes, Groups, Replicas int
 	// TLS: serve TLS as well (StartTLS); Stunnel: by stunnel in front of
 	// the binary (C beanstalkd) rather than by the binary itself.
 	TLS, Stunnel bool
@@ -236,12 +237,14 @@ func (s *Server) waitListen(port int) error {
 	return nil
 }
 
-// clusterNodes is the size of the group StartCluster starts.
+// clusterNodes is the size of the group StartCluster starts unless the
+// contender names another.
 const clusterNodes = 3
 
-// StartCluster starts ct as a group of clusterNodes nodes on loopback, each
-// with --cluster-dir in dir and its own client, raft and HTTP ports, and
-// with ct.Groups, --groups and a token for /cluster/groups. It returns a
+// StartCluster starts ct as a group of ct.Nodes (or clusterNodes) nodes on
+// loopback, each with --cluster-dir in dir and its own client, raft and
+// HTTP ports, and with ct.Groups, --groups (and ct.Replicas' --replicas)
+// and a token for /cluster/groups. It returns a
 // node with the other nodes in its group once the cluster serves: the
 // leader, whose /readyz answers 200, or, with groups, the first node once
 // every node's /readyz does and the leads have stayed spread, with the
@@ -250,8 +253,12 @@ const clusterNodes = 3
 // through every node (probeGroups). A node that does not start makes the
 // cluster n/a (errNoStart); one that dies, or no leader, is a failure.
 func StartCluster(ct Contender, dir string, pinCPU int, nofile uint64) (*Server, error) {
+	count := ct.Nodes
+	if count == 0 {
+		count = clusterNodes
+	}
 	var raft, web, boot []string
-	for i := range clusterNodes {
+	for i := range count {
 		rp, err := freePort()
 		if err != nil {
 			return nil, err
@@ -272,6 +279,9 @@ func StartCluster(ct Contender, dir string, pinCPU int, nofile uint64) (*Server,
 			return nil, err
 		}
 		groupFlags = []string{"--groups", strconv.Itoa(ct.Groups), "--http-token-file", tf}
+		if ct.Replicas > 0 {
+			groupFlags = append(groupFlags, "--replicas", strconv.Itoa(ct.Replicas))
+		}
 	}
 	var nodes []*Server
 	stopAll := func() {
@@ -279,7 +289,7 @@ func StartCluster(ct Contender, dir string, pinCPU int, nofile uint64) (*Server,
 			n.Stop()
 		}
 	}
-	for i := range clusterNodes {
+	for i := range count {
 		id := fmt.Sprintf("n%d", i+1)
 		n, err := StartServer(ct, append([]string{"--cluster-dir", filepath.Join(dir, id), "--node-id", id,
 			"--raft", raft[i], "--bootstrap", strings.Join(boot, ","), "--http", web[i]}, groupFlags...), pinCPU, nofile)
@@ -358,12 +368,14 @@ const leadsSettle = 2 * time.Second
 // token) and they lead the data groups as evenly as the nodes' own rule
 // wants (docs/cluster.md, "A host of groups"): none leads two more than
 // another, so no lead moves while a run holds reservations. Otherwise it
-// returns "". It records in n.dataLeads the most data groups one node
-// leads.
+// returns "". With --replicas a node names the leader of a group it does
+// not host (state "elsewhere") but not its term: every node must name the
+// same leader, and the group's members the same term. It records in
+// n.dataLeads the most data groups one node leads.
 func leadsSpread(hc *http.Client, web []string, token string, n *Server) string {
-	var first []string
-	var sig string
-	for _, addr := range web {
+	var leaders []string
+	var terms []uint64 // 0 until a member of the group names one
+	for k, addr := range web {
 		req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/cluster/groups", nil)
 		if err != nil {
 			return ""
@@ -375,6 +387,7 @@ func leadsSpread(hc *http.Client, web []string, token string, n *Server) string 
 		}
 		var gs []struct {
 			Leader string `json:"leader"`
+			State  string `json:"state"`
 			Term   uint64 `json:"term"`
 		}
 		err = json.NewDecoder(resp.Body).Decode(&gs)
@@ -382,32 +395,43 @@ func leadsSpread(hc *http.Client, web []string, token string, n *Server) string 
 		if err != nil || resp.StatusCode != http.StatusOK {
 			return ""
 		}
-		var leaders []string
-		var b strings.Builder
-		for _, g := range gs {
-			if g.Leader == "" {
-				return ""
-			}
-			leaders = append(leaders, g.Leader)
-			fmt.Fprintf(&b, "%s@%d ", g.Leader, g.Term)
-		}
-		if first == nil {
-			first, sig = leaders, b.String()
-		} else if b.String() != sig {
+		if k == 0 {
+			leaders, terms = make([]string, len(gs)), make([]uint64, len(gs))
+		} else if len(gs) != len(leaders) {
 			return ""
 		}
+		for g, st := range gs {
+			if st.Leader == "" || k > 0 && st.Leader != leaders[g] {
+				return ""
+			}
+			leaders[g] = st.Leader
+			if st.State == "elsewhere" {
+				continue
+			}
+			if terms[g] != 0 && st.Term != terms[g] {
+				return ""
+			}
+			terms[g] = st.Term
+		}
+	}
+	var b strings.Builder
+	for g, id := range leaders {
+		if terms[g] == 0 {
+			return "" // no member answered for the group
+		}
+		fmt.Fprintf(&b, "%s@%d ", id, terms[g])
 	}
 	// The rule spreads the data groups' leads; group 0 holds no jobs.
 	data := map[string]int{}
 	for i := range web {
 		data[fmt.Sprintf("n%d", i+1)] = 0
 	}
-	for g, id := range first {
+	for g, id := range leaders {
 		if g > 0 {
 			data[id]++
 		}
 	}
-	lo, hi := len(first), 0
+	lo, hi := len(leaders), 0
 	for _, k := range data {
 		lo, hi = min(lo, k), max(hi, k)
 	}
@@ -415,7 +439,7 @@ func leadsSpread(hc *http.Client, web []string, token string, n *Server) string 
 	if len(data) != len(web) || hi-lo >= 2 {
 		return ""
 	}
-	return sig
+	return b.String()
 }
 
 // probeGroups waits until a put to a tube of each of the cluster's groups

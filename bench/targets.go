@@ -61,6 +61,8 @@ var targets = []target{
 	{what: "beanpole -b -f 0: pipelined reserve+delete ≥ 0.5× its pipelined puts", variant: "cluster-pipeline-c1-vs-beanpole", metric: "drain.rate", vsMetric: "put.rate", own: 2, minRatio: 0.5},
 	{what: "3 nodes, 3 groups: round trips, 50 connections over the nodes ≥ 1.3× 3 nodes, one group", variant: "cluster-groups3-c50", metric: "rate", minRatio: 1.3},
 	{what: "3 nodes, 3 groups: pipelined puts over the nodes ≥ 1.3× 3 nodes, one group", variant: "cluster-groups3-pipeline-c9", metric: "put.rate", minRatio: 1.3},
+	{what: "6 nodes, 6 groups on 3 replicas: round trips, 50 connections over the nodes ≥ 1.8× 3 nodes, one group", variant: "cluster6-groups6-r3-c50", metric: "rate", minRatio: 1.8},
+	{what: "6 nodes, 6 groups on 3 replicas: pipelined puts over the nodes ≥ 1.8× 3 nodes, one group", variant: "cluster6-groups6-r3-pipeline-c36", metric: "put.rate", minRatio: 1.8},
 	{what: "TLS: round trips, 50 connections ≥ 2× C behind stunnel", variant: "tls-c50", metric: "rate", minRatio: 2},
 	{what: "TLS: round trips, 50 connections ≥ 0.8× beanpole plaintext", variant: "tls-c50-vs-plain", metric: "rate", minRatio: 0.8},
 	{what: "TLS: 64 KiB bodies ≥ 0.7× beanpole plaintext", variant: "tls-large-64KiB-vs-plain", metric: "mbps", minRatio: 0.7},
