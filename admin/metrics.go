@@ -75,7 +75,7 @@ const otherTube = "_other"
 // collector takes one snapshot per scrape, from the server's sources: the
 // server-wide series through Collect, the per-tube ones with writeTubes.
 type collector struct {
-	src      *atomic.Pointer[sources]
+	src      func() Source // nil: nothing to read yet
 	maxTubes int
 	http     *limitListener
 	// totalNames: the counters of stats and stats-tube end in _total.
@@ -99,11 +99,10 @@ func (c *collector) statName(prefix, key string) string {
 func (c *collector) Describe(chan<- *prometheus.Desc) {}
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	p := c.src.Load()
-	if p == nil {
+	src := c.src()
+	if src == nil {
 		return
 	}
-	src := p.stats
 	var st codec.ServerStats
 	src.ServerStats(&st)
 	info := map[string]string{}
@@ -202,11 +201,10 @@ type scrapeRow struct {
 // tubes took seconds and hundreds of megabytes that way). Each tube is
 // read once, as a `stats-tube` reads it.
 func (c *collector) writeTubes(out *bytes.Buffer) {
-	p := c.src.Load()
-	if p == nil {
+	src := c.src()
+	if src == nil {
 		return
 	}
-	src := p.stats
 	var (
 		rows   []scrapeRow
 		o      = scrapeRow{name: otherTube, other: true}

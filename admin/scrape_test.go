@@ -2,6 +2,8 @@ package admin
 
 import (
 	"bytes"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,7 +50,7 @@ func (f *fakeSource) Latency([]byte) (wait, run engine.Histogram, ok bool) {
 func newTestScraper(src Source, maxTubes int) *scraper {
 	s := &Server{ln: &limitListener{max: 1}}
 	s.src.Store(&sources{stats: src})
-	c := &collector{src: &s.src, maxTubes: maxTubes, http: s.ln}
+	c := &collector{src: s.metricsSource, maxTubes: maxTubes, http: s.ln}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 	return &scraper{reg: reg, tubes: c}
@@ -157,5 +159,39 @@ func TestScrapersShareRenderingsAndHoldFewBuffers(t *testing.T) {
 	}
 	if b, _, _ := s.get(time.Now(), false); distinct[b] {
 		t.Fatalf("no new rendering once the old buffers were let go")
+	}
+}
+
+// A source given to /metrics alone (a node of many groups) is scraped as
+// SetSource's is, and /metrics answers 503 before either.
+func TestMetricsSourceAloneIsScraped(t *testing.T) {
+	s, err := Listen(Options{Addr: "127.0.0.1:0", MaxTubes: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	defer s.Close()
+	get := func() (int, string) {
+		t.Helper()
+		resp, err := http.Get(s.URL() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get(); code != http.StatusServiceUnavailable {
+		t.Fatalf("/metrics before any source: %d", code)
+	}
+	s.SetMetricsSource(newFakeSource(3))
+	code, body := get()
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d %q", code, body)
+	}
+	for _, want := range []string{"\nbeanstalkd_current_jobs_ready 3\n", "\nbeanstalkd_tube_current_jobs_ready{tube=\"tube-2\"} 1\n"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }

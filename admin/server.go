@@ -85,7 +85,10 @@ type Server struct {
 	http  *http.Server
 	state atomic.Int32
 	src   atomic.Pointer[sources]
-	log   zerolog.Logger
+	// metricsOnly is what /metrics reads while src is unset
+	// (SetMetricsSource).
+	metricsOnly atomic.Pointer[Source]
+	log         zerolog.Logger
 	// cluster, when set, is the cluster node this process is (SetCluster).
 	cluster atomic.Pointer[Cluster]
 	// groups, when set, is the node's view of its raft groups (SetGroups).
@@ -116,7 +119,7 @@ func Listen(opts Options) (*Server, error) {
 	s := &Server{ln: &limitListener{Listener: ln, max: maxConns, reserve: opts.ReserveFDs / 2, log: opts.Log},
 		tls: opts.TLS, log: opts.Log, hist: newRing(historyLen), stop: make(chan struct{})}
 	s.reg = prometheus.NewRegistry()
-	c := &collector{src: &s.src, maxTubes: opts.MaxTubes, http: s.ln, totalNames: opts.TotalNames}
+	c := &collector{src: s.metricsSource, maxTubes: opts.MaxTubes, http: s.ln, totalNames: opts.TotalNames}
 	s.coll = c
 	s.reg.MustRegister(c)
 	metrics := &scraper{reg: s.reg, tubes: c, log: opts.Log}
@@ -135,7 +138,7 @@ func Listen(opts Options) (*Server, error) {
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		// A cluster node that follows serves no client, but its raft
 		// figures are what tell an operator it is behind.
-		if s.src.Load() == nil && s.cluster.Load() == nil {
+		if s.metricsSource() == nil && s.cluster.Load() == nil {
 			http.Error(w, stateText[Starting], http.StatusServiceUnavailable)
 			return
 		}
@@ -264,6 +267,32 @@ func (s *Server) SetSource(src Source, eng *engine.Engine) {
 		close(stop)
 	}()
 	go sampleEvery(s.hist, historyPeriod, src, stop)
+}
+
+// SetMetricsSource gives /metrics alone what it reads while SetSource's
+// source is unset: on a node of many groups, the sum of the engines of
+// the data groups it leads, which no one engine's dashboard shows. When
+// src is also a prometheus.Collector, /metrics includes its series.
+func (s *Server) SetMetricsSource(src Source) {
+	if s == nil {
+		return
+	}
+	s.metricsOnly.Store(&src)
+	if col, ok := src.(prometheus.Collector); ok {
+		_ = s.reg.Register(col)
+	}
+}
+
+// metricsSource is what /metrics reads: SetSource's source, else
+// SetMetricsSource's; nil before either.
+func (s *Server) metricsSource() Source {
+	if p := s.src.Load(); p != nil {
+		return p.stats
+	}
+	if p := s.metricsOnly.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // ClearSource stops reading the source SetSource gave: /metrics and the

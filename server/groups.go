@@ -47,6 +47,7 @@ func (s *Server) runGroups(host *cluster.Host) int {
 	}
 	rt := route.New(route.Config{Groups: n, Dial: dial, MaxJobSize: uint32(cfg.MaxJobSize), LeaderWait: leaderWait, Log: log,
 		Leader: func(g int) string { _, addr := host.Leader(g); return addr }})
+	s.watchGroups(host, rt)
 	for _, ln := range s.lns {
 		go func() { _ = rt.Serve(ln) }()
 	}
@@ -159,6 +160,7 @@ func (s *Server) serveGroup(ctx context.Context, node *cluster.Node, jl *cluster
 	if err := srv.Start(); err != nil {
 		return err
 	}
+	defer s.groupStats.lead(g, eng, srv)()
 	// The node's memory is shared by the groups it may lead: each engine
 	// gets a share of the ceiling and of the input budget.
 	ceiling, input := s.memoryLimits()

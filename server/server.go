@@ -82,6 +82,8 @@ type Server struct {
 	// groupEngines are the engines of the data groups this node leads now
 	// (--groups), for drain mode.
 	groupEngines sync.Map
+	// groupStats is what /metrics reads on a node of many groups.
+	groupStats *groupStats
 }
 
 // call is a Drain, or a Stop (stop) asked for by why (the log names it as
