@@ -482,6 +482,7 @@ func TestClusterVariantsRunTheClusterAgainstCBeanpoleAloneAndItsOneGroup(t *test
 		"cluster-pipeline-c1-vs-beanpole":  {{Name: "cluster", Path: "/bp", Cluster: true}, cts[0]},
 		"cluster-groups3-c50":              {{Name: "cluster-groups3", Path: "/bp", Cluster: true, Nodes: 3, Groups: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
 		"cluster-groups3-pipeline-c9":      {{Name: "cluster-groups3", Path: "/bp", Cluster: true, Nodes: 3, Groups: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
+		"cluster-groups3-xres-c3":          {{Name: "cluster-groups3", Path: "/bp", Cluster: true, Nodes: 3, Groups: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
 		"cluster6-groups6-r3-c50":          {{Name: "cluster6-groups6-r3", Path: "/bp", Cluster: true, Nodes: 6, Groups: 6, Replicas: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
 		"cluster6-groups6-r3-pipeline-c36": {{Name: "cluster6-groups6-r3", Path: "/bp", Cluster: true, Nodes: 6, Groups: 6, Replicas: 3}, {Name: "cluster", Path: "/bp", Cluster: true}},
 	}
@@ -506,6 +507,7 @@ func TestClusterVariantsRunTheClusterAgainstCBeanpoleAloneAndItsOneGroup(t *test
 			{Median: Metrics{"put.rate": 90e3, "drain.rate": 60e3}}}},
 		{V: &Variant{Name: "cluster-groups3-pipeline-c9"}, Res: [2]*CtResult{{Median: Metrics{"put.rate": 70e3}}, {Median: Metrics{"put.rate": 50e3}}}},
 		{V: &Variant{Name: "cluster6-groups6-r3-c50"}, Res: [2]*CtResult{{Median: Metrics{"rate": 85e3}}, {Median: Metrics{"rate": 50e3}}}},
+		{V: &Variant{Name: "cluster-groups3-xres-c3"}, Res: [2]*CtResult{{Median: Metrics{"busy.p50": 250}}, {Median: Metrics{"busy.p50": 100}}}},
 	}, 500, false)
 	for _, re := range []string{`≥ 2× C -b -f 0 +cluster-c50 +2\.47x  MET`, `pipelined puts ≥ 0\.5× beanpole -b -f 0 +cluster-pipeline-c1-vs-beanpole +0\.33x  not met`,
 		`reserve\+delete ≥ 0\.6× beanpole -b -f 0 +cluster-pipeline-c1-vs-beanpole +0\.67x  MET`,
@@ -515,7 +517,8 @@ func TestClusterVariantsRunTheClusterAgainstCBeanpoleAloneAndItsOneGroup(t *test
 		`3 groups: pipelined puts over the nodes ≥ 1\.3× 3 nodes, one group +cluster-groups3-pipeline-c9 +1\.40x  MET`,
 		`3 groups: round trips, 50 connections over the nodes ≥ 1\.3× .*not measured`,
 		`6 groups on 3 replicas: round trips, 50 connections over the nodes ≥ 1\.8× 3 nodes, one group +cluster6-groups6-r3-c50 +1\.70x  not met`,
-		`6 groups on 3 replicas: pipelined puts over the nodes ≥ 1\.8× .*not measured`} {
+		`6 groups on 3 replicas: pipelined puts over the nodes ≥ 1\.8× .*not measured`,
+		`3 groups: reserve over tubes of every group, jobs ready: p50 ≤ 2× 3 nodes, one group +cluster-groups3-xres-c3 +2\.50x  not met`} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("targets report lacks %q:\n%s", re, out)
 		}

@@ -273,7 +273,29 @@ func buildVariants(o *Options) []*Variant {
 // queue with three whose leader runs it all; and six machines, each
 // hosting three of six groups (--replicas 3), with those three.
 func groupsVariants(o *Options) []*Variant {
-	return append(spreadVariants(o, clusterNodes, clusterNodes, 0), spreadVariants(o, 6, 6, 3)...)
+	vs := append(spreadVariants(o, clusterNodes, clusterNodes, 0), xresVariant(clusterNodes))
+	return append(vs, spreadVariants(o, 6, 6, 3)...)
+}
+
+// xresVariant is the latency of a reserve over tubes of every group:
+// clusterNodes nodes with --groups g against as many of one group, with a
+// worker on every node watching one tube of every group (runXRes). One
+// worker a node keeps the two cores of a test machine short of saturated,
+// so that the latency is the reserve's rather than a queue's.
+func xresVariant(g int) *Variant {
+	w := clusterNodes
+	vs2 := fmt.Sprintf("%d groups vs 1", g)
+	return &Variant{
+		Name: fmt.Sprintf("%s-xres-c%d", groupsName(clusterNodes, g, 0), w), Group: "cluster", Num: 10,
+		Desc: fmt.Sprintf("%d beanpole nodes with --groups %d vs %d of one group: %d workers spread over the nodes, each watching one tube of every group, loop reserve → delete; "+
+			"with jobs queued in every tube, then waiting while one job at a time is put", clusterNodes, g, clusterNodes, w),
+		Rows: []RowDef{
+			{Key: "busy.", Title: fmt.Sprintf("cluster×%d reserve p50 over %d groups, jobs ready, c=%d, %s", clusterNodes, g, w, vs2), Metric: "p50", Unit: "µs", Lat: true, LatWhat: "reserve"},
+			{Key: "wait.", Title: fmt.Sprintf("cluster×%d put→reserved p50 over %d groups, waiting, c=%d, %s", clusterNodes, g, w, vs2), Metric: "p50", Unit: "µs", Lat: true, LatWhat: "put→reserved"},
+		},
+		Flags: func(string) []string { return nil }, NeedDir: true, MayNA: true, Cluster: true, Groups: g, Nodes: clusterNodes,
+		Run: func(rc *RunCtx) (Metrics, error) { return runXRes(rc, w) },
+	}
 }
 
 // groupsName names the cluster of nodes nodes with --groups groups and,

@@ -61,6 +61,7 @@ var targets = []target{
 	{what: "beanpole -b -f 0: pipelined reserve+delete ≥ 0.5× its pipelined puts", variant: "cluster-pipeline-c1-vs-beanpole", metric: "drain.rate", vsMetric: "put.rate", own: 2, minRatio: 0.5},
 	{what: "3 nodes, 3 groups: round trips, 50 connections over the nodes ≥ 1.3× 3 nodes, one group", variant: "cluster-groups3-c50", metric: "rate", minRatio: 1.3},
 	{what: "3 nodes, 3 groups: pipelined puts over the nodes ≥ 1.3× 3 nodes, one group", variant: "cluster-groups3-pipeline-c9", metric: "put.rate", minRatio: 1.3},
+	{what: "3 nodes, 3 groups: reserve over tubes of every group, jobs ready: p50 ≤ 2× 3 nodes, one group", variant: "cluster-groups3-xres-c3", metric: "busy.p50", maxRatio: 2},
 	{what: "6 nodes, 6 groups on 3 replicas: round trips, 50 connections over the nodes ≥ 1.8× 3 nodes, one group", variant: "cluster6-groups6-r3-c50", metric: "rate", minRatio: 1.8},
 	{what: "6 nodes, 6 groups on 3 replicas: pipelined puts over the nodes ≥ 1.8× 3 nodes, one group", variant: "cluster6-groups6-r3-pipeline-c36", metric: "put.rate", minRatio: 1.8},
 	{what: "TLS: round trips, 50 connections ≥ 2× C behind stunnel", variant: "tls-c50", metric: "rate", minRatio: 2},
