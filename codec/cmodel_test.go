@@ -40,6 +40,7 @@ func cParse(line []byte) (Status, Command) {
 		{"quit", OpQuit}, {"pause-tube", OpPauseTube},
 		// beanpole's own, after upstream's.
 		{"beanpole-cancel-wait", OpCancelWait}, {"beanpole-unreserve ", OpUnreserve},
+		{"beanpole-peek-watched", OpPeekWatched},
 	}
 	plen := 0
 	for _, e := range table {
@@ -68,7 +69,7 @@ func cParse(line []byte) (Status, Command) {
 		return OK, cmd
 
 	case OpPeekReady, OpPeekDelayed, OpPeekBuried, OpReserve, OpStats,
-		OpListTubesWatched, OpListTubeUsed, OpListTubes, OpCancelWait:
+		OpListTubesWatched, OpListTubeUsed, OpListTubes, OpCancelWait, OpPeekWatched:
 		if cmdLen != plen {
 			return BadFormat, Command{Op: cmd.Op}
 		}

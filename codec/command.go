@@ -43,6 +43,9 @@ const (
 	// beanpole-unreserve <id>: gives back a job the internal connection
 	// reserved, counting no release.
 	OpUnreserve
+	// beanpole-peek-watched: the job a reserve would take now from the
+	// connection's watched tubes, without reserving it.
+	OpPeekWatched
 	NumOps
 )
 

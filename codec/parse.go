@@ -41,6 +41,7 @@ var prefixes = [NumOps]string{
 	OpPauseTube:          "pause-tube",
 	OpCancelWait:         cancelWait,
 	OpUnreserve:          "beanpole-unreserve ",
+	OpPeekWatched:        "beanpole-peek-watched",
 }
 
 // byFirstByte lists, for each possible first byte of a line, the ops whose
@@ -135,7 +136,7 @@ func Parse(line []byte, cmd *Command) Status {
 		return OK
 
 	case OpPeekReady, OpPeekDelayed, OpPeekBuried, OpReserve, OpStats,
-		OpListTubesWatched, OpListTubeUsed, OpListTubes, OpCancelWait:
+		OpListTubesWatched, OpListTubeUsed, OpListTubes, OpCancelWait, OpPeekWatched:
 		// Commands without arguments: upstream compares the whole line
 		// length with the prefix, so "stats " and "statsx" are BAD_FORMAT.
 		if len(args) != 0 {

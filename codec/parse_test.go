@@ -79,6 +79,8 @@ var recognitionCases = []parseCase{
 	okOp("beanpole-cancel-wait", OpCancelWait),
 	bad("beanpole-cancel-wait ", OpCancelWait), bad("beanpole-cancel-waitx", OpCancelWait),
 	unknown("beanpole-cancel-wai"), unknown("beanpole"), unknown("be"),
+	okOp("beanpole-peek-watched", OpPeekWatched),
+	bad("beanpole-peek-watched ", OpPeekWatched), bad("beanpole-peek-watchedx", OpPeekWatched),
 	ok("beanpole-unreserve 7", Command{Op: OpUnreserve, ID: 7}),
 	ok("beanpole-unreserve 18446744073709551615", Command{Op: OpUnreserve, ID: math.MaxUint64}),
 	unknown("beanpole-unreserve"),
@@ -338,7 +340,7 @@ func TestLongestCommand(t *testing.T) {
 
 func TestInternalOps(t *testing.T) {
 	for op := OpNone; op <= NumOps; op++ {
-		if want := op == OpCancelWait || op == OpUnreserve; op.Internal() != want {
+		if want := op == OpCancelWait || op == OpUnreserve || op == OpPeekWatched; op.Internal() != want {
 			t.Errorf("%v.Internal() = %v, want %v", op, !want, want)
 		}
 	}
@@ -404,7 +406,7 @@ func TestOpString(t *testing.T) {
 	for op, want := range map[Op]string{
 		OpNone: "unknown", OpPut: "put", OpPeekReady: "peek-ready",
 		OpReserveWithTimeout: "reserve-with-timeout", OpPauseTube: "pause-tube",
-		OpQuit: "quit", OpCancelWait: "beanpole-cancel-wait", OpUnreserve: "beanpole-unreserve",
+		OpQuit: "quit", OpCancelWait: "beanpole-cancel-wait", OpUnreserve: "beanpole-unreserve", OpPeekWatched: "beanpole-peek-watched",
 		NumOps: "unknown",
 	} {
 		if got := op.String(); got != want {

@@ -71,6 +71,11 @@ func AppendFoundHeader(dst []byte, id, n uint64) []byte {
 	return appendWordJob(dst, "FOUND ", id, n)
 }
 
+// AppendReady appends "READY <id> <pri>\r\n" (beanpole-peek-watched).
+func AppendReady(dst []byte, id uint64, pri uint32) []byte {
+	return appendWordJob(dst, "READY ", id, uint64(pri))
+}
+
 // AppendKicked appends "KICKED <n>\r\n" (kick). kick-job answers RepKicked.
 func AppendKicked(dst []byte, n uint64) []byte {
 	return appendWordUint(dst, "KICKED ", n)

@@ -57,7 +57,7 @@ func TestAppendStatsCmdCounters(t *testing.T) {
 		s.Cmd[op] = 1000 + uint64(op)
 	}
 	got := string(AppendStats(nil, s))
-	hidden := map[Op]bool{OpReserveJob: true, OpKickJob: true, OpQuit: true, OpCancelWait: true, OpUnreserve: true}
+	hidden := map[Op]bool{OpReserveJob: true, OpKickJob: true, OpQuit: true, OpCancelWait: true, OpUnreserve: true, OpPeekWatched: true}
 	for op := OpNone + 1; op < NumOps; op++ {
 		line := fmt.Sprintf("\ncmd-%s: %d\n", op, 1000+uint64(op))
 		if hidden[op] == strings.Contains(got, line) {

@@ -348,8 +348,8 @@ func TestGroupsAClientThatFloodsWhileItsReserveWaitsIsClosed(t *testing.T) {
 }
 
 // A reserve over tubes of several groups takes the most urgent job any of
-// them has ready, puts the others' offers back uncounted, and, when none
-// has one, waits at every group for the first.
+// them has ready, reserving nothing at the others, and, when none has one,
+// waits at every group for the first.
 func TestGroupsReserveOverTubesOfSeveralGroups(t *testing.T) {
 	const groups = 3
 	tc := startGroupsCluster(t, 3, groups)
@@ -375,9 +375,10 @@ func TestGroupsReserveOverTubesOfSeveralGroups(t *testing.T) {
 	expect(t, w, fmt.Sprintf("RESERVED %d 2\r\nbb\r\n", idb))
 	mustSend(t, w, "reserve\r\n")
 	expect(t, w, fmt.Sprintf("RESERVED %d 2\r\naa\r\n", ida))
-	// a's job was offered to the first reserve and put back: no release.
+	// The first reserve peeked at a's job and left it: reserved once, by
+	// the second, and never released.
 	mustSend(t, w, fmt.Sprintf("stats-job %d\r\n", ida))
-	expectYAMLContains(t, w, "releases: 0", "state: reserved")
+	expectYAMLContains(t, w, "reserves: 1", "releases: 0", "state: reserved")
 	mustSend(t, w, fmt.Sprintf("delete %d\r\ndelete %d\r\n", ida, idb))
 	expect(t, w, "DELETED\r\nDELETED\r\n")
 

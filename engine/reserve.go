@@ -120,6 +120,22 @@ func (c *Client) take(now int64) (j *Job, anyReady bool) {
 	return j, anyReady
 }
 
+// Peek is the job take would reserve now, by (pri, id), across the
+// unpaused watched tubes, without reserving it: ok is false when there is
+// none. Each tube is looked at under its own lock in turn, so the answer
+// may be out of date by the time it is read: a router asks it of every
+// group, then reserves at the group with the most urgent job.
+func (c *Client) Peek(now int64) (id uint64, pri uint32, ok bool) {
+	for _, t := range c.Watched() {
+		t.mu.Lock()
+		if top := t.ready.Top(); top != nil && !t.paused(now) && (!ok || top.Pri < pri || top.Pri == pri && top.ID < id) {
+			id, pri, ok = top.ID, top.Pri, true
+		}
+		t.mu.Unlock()
+	}
+	return id, pri, ok
+}
+
 // lockInOrder sorts tubes by creation order and locks them all.
 func lockInOrder(tubes []*Tube) []*Tube {
 	for i := 1; i < len(tubes); i++ { // insertion sort: watch lists are short

@@ -166,6 +166,12 @@ func (s *Server) dispatch(c *conn, st codec.Status, cmd *codec.Command) gnet.Act
 	case codec.OpUnreserve:
 		ok, err := cl.Unreserve(cmd.ID)
 		s.okErr(out, ok, err, codec.RepUnreserved)
+	case codec.OpPeekWatched:
+		if id, pri, ok := cl.Peek(c.ls.passClock()); ok {
+			out.buf = codec.AppendReady(out.buf, id, pri)
+		} else {
+			out.buf = append(out.buf, codec.RepNotFound...)
+		}
 	case codec.OpQuit:
 		return gnet.Close
 	}

@@ -199,13 +199,32 @@ func TestInternalUnreserveNotReserved(t *testing.T) {
 	expect(t, p, "DELETED\r\n")
 }
 
+// beanpole-peek-watched names the job a reserve would take now from the
+// watched tubes, most urgent first (priority, then id), paused tubes left
+// out, and reserves nothing.
+func TestInternalPeekWatchedNamesWhatAReserveWouldTake(t *testing.T) {
+	_, _, public, internal := startInternal(t)
+	r := dial(t, internal)
+	send(t, r, "beanpole-peek-watched\r\nbeanpole-peek-watched x\r\n")
+	expect(t, r, "NOT_FOUND\r\nBAD_FORMAT\r\n")
+	p := dial(t, public)
+	send(t, p, "use a\r\nput 5 0 10 1\r\nx\r\nuse b\r\nput 3 0 10 1\r\ny\r\nput 3 0 10 1\r\nz\r\nuse c\r\nput 1 0 10 1\r\nw\r\n")
+	expect(t, p, "USING a\r\nINSERTED 1\r\nUSING b\r\nINSERTED 2\r\nINSERTED 3\r\nUSING c\r\nINSERTED 4\r\n")
+	send(t, r, "watch a\r\nwatch b\r\nbeanpole-peek-watched\r\nbeanpole-peek-watched\r\n")
+	expect(t, r, "WATCHING 2\r\nWATCHING 3\r\nREADY 2 3\r\nREADY 2 3\r\n")
+	send(t, p, "pause-tube b 60\r\n")
+	expect(t, p, "PAUSED\r\n")
+	send(t, r, "beanpole-peek-watched\r\nwatch c\r\nbeanpole-peek-watched\r\nreserve-with-timeout 0\r\n")
+	expect(t, r, "READY 1 5\r\nWATCHING 4\r\nREADY 4 1\r\nRESERVED 4 1\r\nw\r\n")
+}
+
 // To a public connection beanpole's own commands are unknown, as to
 // upstream, parked or not: a parked reserve is not cancelled.
 func TestPublicConnectionHasNoInternalCommands(t *testing.T) {
 	_, eng, public, _ := startInternal(t)
 	c := dial(t, public)
-	send(t, c, "beanpole-cancel-wait\r\nbeanpole-unreserve 1\r\nbeanpole-cancel-waitx\r\nbeanpole-unreserve x\r\n")
-	expect(t, c, strings.Repeat("UNKNOWN_COMMAND\r\n", 4))
+	send(t, c, "beanpole-cancel-wait\r\nbeanpole-unreserve 1\r\nbeanpole-cancel-waitx\r\nbeanpole-unreserve x\r\nbeanpole-peek-watched\r\n")
+	expect(t, c, strings.Repeat("UNKNOWN_COMMAND\r\n", 5))
 	send(t, c, "reserve\r\n")
 	awaitWaiting(t, eng, 1)
 	send(t, c, "beanpole-cancel-wait\r\n")

@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -72,8 +73,8 @@ func (s *session) backend(g int) (*backend, error) {
 	for {
 		if addr := s.r.leader(g); addr != "" {
 			if c, err := s.r.cfg.Dial(addr); err == nil {
-				b := &backend{g: g, addr: addr, c: c, rd: bufio.NewReader(c), wr: bufio.NewWriter(c),
-					use: "default", watch: []string{"default"}, held: map[uint64]struct{}{}}
+				b := &backend{g: g, addr: addr, c: c, use: "default", watch: []string{"default"}, held: map[uint64]struct{}{}}
+				b.bufs()
 				s.b[g] = b
 				return b, nil
 			}
@@ -84,6 +85,41 @@ func (s *session) backend(g int) (*backend, error) {
 		// An election is on, or its winner has not said where it
 		// serves yet.
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A backend's buffers are the session's only while it runs commands: a
+// session waiting for its client lends them back (rest), and an idle
+// client costs no buffers of its backends.
+var (
+	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, backendBuf) }}
+	writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, backendBuf) }}
+)
+
+// backendBuf is the size of a backend's read and write buffers.
+const backendBuf = 4 << 10
+
+// bufs gives b buffers, after rest took them.
+func (b *backend) bufs() {
+	if b.rd == nil {
+		b.rd, b.wr = readers.Get().(*bufio.Reader), writers.Get().(*bufio.Writer)
+		b.rd.Reset(b.c)
+		b.wr.Reset(b.c)
+	}
+}
+
+// rest lends b's buffers back while nothing is in them, and lets a large
+// reply's buffer go.
+func (b *backend) rest() {
+	if b.rd != nil && b.rd.Buffered() == 0 && b.wr.Buffered() == 0 {
+		b.rd.Reset(nil)
+		b.wr.Reset(nil)
+		readers.Put(b.rd)
+		writers.Put(b.wr)
+		b.rd, b.wr = nil, nil
+	}
+	if cap(b.reply) > backendBuf {
+		b.reply = nil
 	}
 }
 

@@ -79,9 +79,39 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 	if !s.settle() {
 		return false
 	}
-	// Whatever is ready now, most urgent first across the groups: every
-	// group is asked at once, and the priorities of what they offer are
-	// read at once; the offers not taken go back behind the reply.
+	// What is ready now, most urgent first across the groups: every group
+	// names the job a reserve would take there (beanpole-peek-watched,
+	// which writes nothing), and the reserve runs at the group with the
+	// most urgent one. A job another worker took meanwhile sends it round
+	// again, peekRounds times at most.
+	for range peekRounds {
+		reps, ok := askAll(bs, func(*backend) string { return "beanpole-peek-watched\r\n" })
+		if !ok {
+			return false
+		}
+		best, bestID, bestPri := -1, uint64(0), uint64(0)
+		for i, rep := range reps {
+			if id, pri, ok := readyJob(rep); ok && (best < 0 || pri < bestPri || pri == bestPri && id < bestID) {
+				best, bestID, bestPri = i, id, pri
+			}
+		}
+		if best < 0 {
+			break
+		}
+		rep, err := bs[best].roundTrip([]byte("reserve-with-timeout 0\r\n"))
+		if err != nil {
+			return false
+		}
+		if bytes.HasPrefix(rep, []byte("RESERVED ")) {
+			bs[best].note(rep, 0)
+			s.out = append(s.out, rep...)
+			return true
+		}
+	}
+	// Whatever is ready now, as above, but taken at once: every group is
+	// asked at once, and the priorities of what they offer are read at
+	// once; the offers not taken go back behind the reply. This also
+	// answers DEADLINE_SOON and TIMED_OUT as one server does.
 	type offer struct {
 		b     *backend
 		reply []byte
@@ -167,7 +197,7 @@ func (s *session) waitAll(bs []*backend, line []byte) bool {
 		}()
 	}
 	var win answer
-	in := s.in
+	in, stop := s.watchInput()
 	for won := false; !won; {
 		select {
 		case win = <-first:
@@ -175,12 +205,13 @@ func (s *session) waitAll(bs []*backend, line []byte) bool {
 		case p, ok := <-in:
 			if ok {
 				if !s.take(p) {
+					stop()
 					return false
 				}
 				continue
 			}
 			// The client hung up: no job for it, as on one server.
-			s.ended, in = true, nil
+			stop()
 			for i, b := range bs {
 				if _, err := b.withdraw(relay[i]); err != nil {
 					return false
@@ -189,6 +220,9 @@ func (s *session) waitAll(bs []*backend, line []byte) bool {
 			s.out = append(s.out, codec.RepTimedOut...)
 			return true
 		}
+	}
+	if !stop() {
+		return false
 	}
 	if win.w.err != nil {
 		return false
@@ -211,18 +245,20 @@ func (s *session) waitAll(bs []*backend, line []byte) bool {
 // meanwhile has the wait cancelled, as one server cancels it.
 func (s *session) wait(b *backend) ([]byte, bool) {
 	got := b.await()
+	in, stop := s.watchInput()
 	for {
 		select {
 		case w := <-got:
-			return w.reply, w.err == nil
-		case p, ok := <-s.in:
+			return w.reply, stop() && w.err == nil
+		case p, ok := <-in:
 			if ok {
 				if !s.take(p) {
+					stop()
 					return nil, false
 				}
 				continue
 			}
-			s.ended = true
+			stop()
 			rep, err := b.withdraw(got)
 			return rep, err == nil
 		}
@@ -238,6 +274,25 @@ func (b *backend) withdraw(got <-chan waited) ([]byte, error) {
 		return rep, err
 	}
 	return codec.RepTimedOut, b.expect("UNRESERVED", []byte("beanpole-unreserve "+strconv.FormatUint(replyID(rep), 10)+"\r\n"))
+}
+
+// peekRounds bounds how often a reserve over several groups peeks and
+// finds the job it chose taken, before it takes what every group offers.
+const peekRounds = 3
+
+// readyJob reads a READY reply to beanpole-peek-watched.
+func readyJob(rep []byte) (id, pri uint64, ok bool) {
+	rest, ok := bytes.CutPrefix(bytes.TrimSuffix(rep, []byte("\r\n")), []byte("READY "))
+	if !ok {
+		return 0, 0, false
+	}
+	a, b, ok := bytes.Cut(rest, []byte(" "))
+	if !ok {
+		return 0, 0, false
+	}
+	id, err1 := strconv.ParseUint(string(a), 10, 64)
+	pri, err2 := strconv.ParseUint(string(b), 10, 64)
+	return id, pri, err1 == nil && err2 == nil
 }
 
 // askAll sends each backend the command line(b) gives it, all at once,

@@ -4,8 +4,8 @@
 // on the node it connected to; each command runs at the leader of the
 // group of the tube or job it names, over a connection of the session to
 // that leader's internal listener (a backend), which speaks the beanstalk
-// protocol with two internal commands (beanpole-cancel-wait,
-// beanpole-unreserve). The leader's engine does the work, so every reply
+// protocol with three internal commands (beanpole-peek-watched,
+// beanpole-cancel-wait, beanpole-unreserve). The leader's engine does the work, so every reply
 // is the one a single server gives; the router only chooses where a
 // command runs, answers what the session alone knows (use, watch, ignore,
 // list-tube-used, list-tubes-watched), and merges what every group knows

@@ -2,8 +2,10 @@ package route
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"slices"
+	"time"
 
 	"github.com/beanpole/beanpole/codec"
 )
@@ -13,18 +15,15 @@ import (
 const flushAt = 64 << 10
 
 // session is one client's connection: what it uses and watches, and its
-// backends. Its input is read on a goroutine of its own (read), so that a
-// hang-up is seen while a reserve waits; the session takes the input a
+// backends. It runs on one goroutine, which reads the client's input a
 // chunk at a time, so a client that sends and does not read is held back
-// by TCP.
+// by TCP; while a reserve waits, a second goroutine reads the client
+// (watchInput), so that a hang-up is seen.
 type session struct {
-	r    *Router
-	c    net.Conn
-	in   chan []byte // closed at the client's end of input
-	free chan []byte // chunks of input taken, for read to fill again
-	done chan struct{}
-	buf  []byte // input not yet run
-	dec  codec.Decoder
+	r   *Router
+	c   net.Conn
+	buf []byte // input not yet run
+	dec codec.Decoder
 	// putTo is the backend a put's body goes to as it arrives, from its
 	// line on: the group's engine charges a body under way to its memory
 	// ceiling, and the router holds no more of it than a write buffer.
@@ -57,7 +56,7 @@ type pending struct {
 const window = 64
 
 func newSession(r *Router, c net.Conn) *session {
-	return &session{r: r, c: c, in: make(chan []byte, 1), free: make(chan []byte, 2), done: make(chan struct{}),
+	return &session{r: r, c: c,
 		dec: codec.Decoder{MaxJobSize: r.cfg.MaxJobSize}, use: "default", watch: []string{"default"}, b: map[int]*backend{}}
 }
 
@@ -65,67 +64,93 @@ func newSession(r *Router, c net.Conn) *session {
 // session holds one such buffer.
 const readChunk = 4 << 10
 
-// read reads the client's input into chunks that run hands back once it
-// has taken them (free), so that a client's stream costs no allocation.
-func (s *session) read() {
-	defer close(s.in)
-	for {
-		var chunk []byte
-		select {
-		case chunk = <-s.free:
-		default:
-			chunk = make([]byte, readChunk)
-		}
-		n, err := s.c.Read(chunk[:readChunk])
-		if n > 0 {
-			select {
-			case s.in <- chunk[:n]:
-			case <-s.done:
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
 // run serves the client until it quits, hangs up, or a backend fails.
 func (s *session) run() {
 	defer func() {
-		close(s.done)
 		for _, b := range s.b {
 			b.c.Close()
 		}
 	}()
-	go s.read()
 	for {
-		if !s.runBuffered() || !s.flush() {
+		if !s.runBuffered() || !s.flush() || s.ended {
 			return
 		}
-		if s.ended {
-			return
+		s.rest()
+		s.buf = slices.Grow(s.buf, readChunk)
+		n, err := s.c.Read(s.buf[len(s.buf) : len(s.buf)+readChunk])
+		s.buf = s.buf[:len(s.buf)+n]
+		for _, b := range s.b {
+			b.bufs()
 		}
-		p, ok := <-s.in
-		if !ok {
-			return
-		}
-		if !s.take(p) {
-			return
+		if err != nil {
+			if n == 0 {
+				return
+			}
+			s.ended = true // what came with the end is run first
 		}
 	}
 }
 
-// take adds a chunk of the client's input to what is buffered, and hands
-// the chunk back to read. A session holds at most waitCap of input, as
-// one server holds of a connection whose reserve waits: past it, take
-// reports false and the client's connection is closed.
+// rest lets go of what the session holds for the commands it runs while
+// it waits for its client: its backends' buffers, and a large reply's.
+func (s *session) rest() {
+	for _, b := range s.b {
+		b.rest()
+	}
+	if cap(s.out) > readChunk {
+		s.out = nil
+	}
+}
+
+// watchInput reads the client on a goroutine of its own while a reserve
+// waits: its input comes on in, which is closed once the client's input
+// ends. stop ends the reading (a deadline in the past wakes it), takes
+// what it read meanwhile, and reports false if that is more than a
+// session may hold (waitCap), as take does; once the client's input has
+// ended, the session has ended.
+func (s *session) watchInput() (in <-chan []byte, stop func() bool) {
+	ch := make(chan []byte, 1)
+	var readErr error
+	go func() {
+		defer close(ch)
+		for {
+			chunk := make([]byte, readChunk)
+			n, err := s.c.Read(chunk)
+			if n > 0 {
+				ch <- chunk[:n]
+			}
+			if err != nil {
+				readErr = err
+				return
+			}
+		}
+	}()
+	return ch, func() bool {
+		_ = s.c.SetReadDeadline(time.Unix(1, 0))
+		ok := true
+		for p := range ch {
+			ok = s.take(p) && ok
+		}
+		_ = s.c.SetReadDeadline(time.Time{})
+		if !isTimeout(readErr) {
+			s.ended = true
+		}
+		return ok
+	}
+}
+
+// isTimeout: err is a read that ran into its deadline.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// take adds a chunk of the client's input that watchInput read to what is
+// buffered. A session holds at most waitCap of input, as one server holds
+// of a connection whose reserve waits: past it, take reports false and the
+// client's connection is closed.
 func (s *session) take(p []byte) bool {
 	s.buf = append(s.buf, p...)
-	select {
-	case s.free <- p:
-	default:
-	}
 	return len(s.buf) <= s.r.waitCap
 }
 
