@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -327,8 +328,8 @@ func (b *syncBuffer) String() string {
 var errExited = errors.New("server exited before it was listening")
 
 // startServer starts the binary under test on 127.0.0.1 with a free port and
-// the extra flags given, waits until it listens and kills it when the test
-// ends.
+// the extra flags given, waits until it listens (on --tls-listen and --http
+// too, when given) and kills it when the test ends.
 func startServer(t testing.TB, extra ...string) *server {
 	t.Helper()
 	return startTestServer(t, "tcp", "", extra)
@@ -441,6 +442,10 @@ func startProc(bin, network, path string, extra []string) (*server, error) {
 		s.waitErr = s.cmd.Wait()
 		close(s.exited)
 	}()
+	// The server binds its listeners one after another (the protocol's,
+	// then --tls-listen once the certificate is read, then --http): a
+	// test may use any of them as soon as this returns.
+	more := flagPorts(extra, "--tls-listen", "--http")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		select {
@@ -448,21 +453,62 @@ func startProc(bin, network, path string, extra []string) (*server, error) {
 			return nil, fmt.Errorf("%w (%v): %s", errExited, s.waitErr, s.out.String())
 		default:
 		}
-		if ok, known := s.listening(); ok {
+		if s.listeningOnAll(more) {
 			return s, nil
-		} else if !known {
-			// No /proc to look at: fall back to a connection probe.
-			if nc, err := net.DialTimeout(s.network, s.addr, time.Second); err == nil {
-				nc.Close()
-				return s, nil
-			}
 		}
 		if time.Now().After(deadline) {
 			s.stop()
-			return nil, fmt.Errorf("server did not listen on %s within 10s: %s", s.addr, s.out.String())
+			return nil, fmt.Errorf("server did not listen on %s and ports %v within 10s: %s", s.addr, more, s.out.String())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// flagPorts is the TCP ports of the flags named given in args, as
+// "--flag host:port" or "--flag=host:port" (a port of 0 is left out).
+func flagPorts(args []string, names ...string) []int {
+	var ports []int
+	for i, a := range args {
+		var v string
+		if slices.Contains(names, a) && i+1 < len(args) {
+			v = args[i+1]
+		} else if name, val, ok := strings.Cut(a, "="); ok && slices.Contains(names, name) {
+			v = val
+		} else {
+			continue
+		}
+		if _, p, err := net.SplitHostPort(v); err == nil {
+			if port, err := strconv.Atoi(p); err == nil && port > 0 {
+				ports = append(ports, port)
+			}
+		}
+	}
+	return ports
+}
+
+// listeningOnAll reports whether the server listens on its address and
+// on the TCP ports given; without /proc to look at, whether each takes a
+// connection.
+func (s *server) listeningOnAll(ports []int) bool {
+	probes := []server{*s}
+	for _, port := range ports {
+		p := *s
+		p.network, p.addr, p.port = "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port
+		probes = append(probes, p)
+	}
+	for _, p := range probes {
+		if ok, known := p.listening(); ok {
+			continue
+		} else if known {
+			return false
+		}
+		nc, err := net.DialTimeout(p.network, p.addr, time.Second)
+		if err != nil {
+			return false
+		}
+		nc.Close()
+	}
+	return true
 }
 
 // listening reports whether the server process owns a listening socket on its

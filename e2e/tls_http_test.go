@@ -61,6 +61,30 @@ func startHTTPSOnly(t *testing.T, extra ...string) (*tlsServer, string) {
 	return ts, addr
 }
 
+// The server binds --http after the protocol's listener, once it has
+// read the certificate, so a server is started only when --http listens
+// too: a test that dials it sooner is refused. A key that is a FIFO no
+// one writes holds the server between the two listeners for good: the
+// start must fail, naming the port, rather than return the server.
+func TestStartWaitsForTheHTTPListener(t *testing.T) {
+	skipUnlessBeanpole(t, "HTTPS is beanpole's")
+	t.Parallel()
+	ts := newServerCert(t)
+	key := filepath.Join(t.TempDir(), "key.pem")
+	if err := syscall.Mkfifo(key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := httpAddrFree(t)
+	s, err := startProc(target.bin, "tcp", "", []string{"--http", addr, "--tls-cert", ts.certFile, "--tls-key", key})
+	if err == nil {
+		s.stop()
+		t.Fatalf("the server was started while its key was still being read, before --http %s listened", addr)
+	}
+	if _, port, _ := net.SplitHostPort(addr); !strings.Contains(err.Error(), "did not listen") || !strings.Contains(err.Error(), port) {
+		t.Fatalf("the start failed for another reason than --http %s not listening: %v", addr, err)
+	}
+}
+
 // /metrics and /healthz over HTTPS, with the protocol listener's
 // certificate, over HTTP/1.1 even to a client that offers HTTP/2; the
 // dashboard's token rules are those of plain HTTP.

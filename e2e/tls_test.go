@@ -162,8 +162,8 @@ func newServerCert(t *testing.T) *tlsServer {
 }
 
 // startTLSServer starts a server with --tls-listen on a free port, its
-// certificate signed by a CA of its own, and waits until that port
-// listens too.
+// certificate signed by a CA of its own (startServer waits until that
+// port listens too).
 func startTLSServer(t *testing.T, extra ...string) *tlsServer {
 	t.Helper()
 	return startTLSServerWith(t, func(flags ...string) *server { return startServer(t, flags...) }, extra...)
@@ -180,9 +180,6 @@ func startTLSServerWith(t *testing.T, start func(flags ...string) *server, extra
 	}
 	ts.tlsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	ts.server = start(append([]string{"--tls-listen", ts.tlsAddr, "--tls-cert", ts.certFile, "--tls-key", ts.keyFile}, extra...)...)
-	probe := *ts.server
-	probe.port = port
-	waitFor(t, defaultTimeout, "the TLS port to listen", func() bool { ok, _ := probe.listening(); return ok })
 	return ts
 }
 
