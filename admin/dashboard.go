@@ -132,17 +132,28 @@ func (d *dashboard) routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /cluster/{action}", d.clusterAction)
 }
 
-// ready answers 503 until the server serves.
+// ready answers 503 while the server has no engine for the dashboard:
+// until it serves, or on a cluster node that serves none (one that follows
+// its group, or a node of many groups, whose engines are those of the
+// groups it leads).
 func (d *dashboard) ready(h func(w http.ResponseWriter, r *http.Request, src *sources)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p := d.s.src.Load()
 		if p == nil {
-			http.Error(w, stateText[Starting], http.StatusServiceUnavailable)
+			msg := stateText[Starting]
+			if State(d.s.state.Load()) != Starting {
+				msg = noEngineText
+			}
+			http.Error(w, msg, http.StatusServiceUnavailable)
 			return
 		}
 		h(w, r, p)
 	}
 }
+
+// noEngineText is the dashboard's answer on a node that serves no engine
+// of its own.
+const noEngineText = "this node runs no engine to show: it follows its group, or its groups' engines run at their leaders; /metrics, GET /cluster and GET /cluster/groups say what it knows"
 
 // sources is what the dashboard reads and changes.
 type sources struct {

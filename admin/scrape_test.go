@@ -195,3 +195,31 @@ func TestMetricsSourceAloneIsScraped(t *testing.T) {
 		}
 	}
 }
+
+// The dashboard says why it has nothing to show: starting, or, on a
+// cluster node serving no engine of its own, that the node runs none.
+func TestDashboardWithoutAnEngineSaysWhy(t *testing.T) {
+	s, err := Listen(Options{Addr: "127.0.0.1:0", MaxTubes: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	defer s.Close()
+	get := func() (int, string) {
+		t.Helper()
+		resp, err := http.Get(s.URL() + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get(); code != http.StatusServiceUnavailable || body != stateText[Starting]+"\n" {
+		t.Fatalf("the dashboard while starting: %d %q", code, body)
+	}
+	s.SetState(Ready)
+	if code, body := get(); code != http.StatusServiceUnavailable || body != noEngineText+"\n" {
+		t.Fatalf("the dashboard of a node serving no engine: %d %q", code, body)
+	}
+}
