@@ -171,16 +171,7 @@ func TestMetricsSourceAloneIsScraped(t *testing.T) {
 	}
 	go s.Serve()
 	defer s.Close()
-	get := func() (int, string) {
-		t.Helper()
-		resp, err := http.Get(s.URL() + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func() (int, string) { return httpGet(t, s.URL()+"/metrics") }
 	if code, _ := get(); code != http.StatusServiceUnavailable {
 		t.Fatalf("/metrics before any source: %d", code)
 	}
@@ -205,16 +196,7 @@ func TestDashboardWithoutAnEngineSaysWhy(t *testing.T) {
 	}
 	go s.Serve()
 	defer s.Close()
-	get := func() (int, string) {
-		t.Helper()
-		resp, err := http.Get(s.URL() + "/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func() (int, string) { return httpGet(t, s.URL()+"/") }
 	if code, body := get(); code != http.StatusServiceUnavailable || body != stateText[Starting]+"\n" {
 		t.Fatalf("the dashboard while starting: %d %q", code, body)
 	}
@@ -222,4 +204,16 @@ func TestDashboardWithoutAnEngineSaysWhy(t *testing.T) {
 	if code, body := get(); code != http.StatusServiceUnavailable || body != noEngineText+"\n" {
 		t.Fatalf("the dashboard of a node serving no engine: %d %q", code, body)
 	}
+}
+
+// httpGet is url's status and body.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -97,6 +97,18 @@ func (tc *testCluster) settled(nd *clusterNode, within time.Duration) []string {
 	}
 }
 
+// putX puts a job with the body "x" to tube through nd, on a connection of
+// its own, and reports its id if the put was acknowledged within 5 s.
+func putX(nd *clusterNode, tube string) (uint64, bool) {
+	out := try(nd.srv.addr, "use "+tube+"\r\nput 0 0 60 1\r\nx\r\n", 5*time.Second)
+	_, id, ok := strings.Cut(out, "INSERTED ")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(strings.TrimSuffix(id, "\r\n"), 10, 64)
+	return n, err == nil
+}
+
 // tubeOfGroup is a tube name starting with prefix that lives in group g.
 func tubeOfGroup(g, groups int, prefix string) string {
 	for i := 0; ; i++ {
@@ -212,15 +224,7 @@ func TestGroupsOnReplicasServeEveryGroupThroughEveryNode(t *testing.T) {
 			t.Fatalf("%s hosts %d data groups, want %d: %+v", nd.id, hosted, groups*replicas/nodes, gs)
 		}
 	}
-	put := func(nd *clusterNode, g int) (uint64, bool) {
-		out := try(nd.srv.addr, "use "+tubeOfGroup(g, groups, "r")+"\r\nput 0 0 60 1\r\nx\r\n", 5*time.Second)
-		_, id, ok := strings.Cut(out, "INSERTED ")
-		if !ok {
-			return 0, false
-		}
-		n, err := strconv.ParseUint(strings.TrimSuffix(id, "\r\n"), 10, 64)
-		return n, err == nil
-	}
+	put := func(nd *clusterNode, g int) (uint64, bool) { return putX(nd, tubeOfGroup(g, groups, "r")) }
 	var acked []uint64
 	for _, nd := range tc.nodes {
 		for g := 1; g <= groups; g++ {
@@ -481,15 +485,7 @@ func TestGroupsKillingANodeStopsOnlyTheGroupsItLed(t *testing.T) {
 		}
 	}
 	survivor := tc.other(victim)
-	put := func(g int) (uint64, bool) {
-		out := try(survivor.srv.addr, "use "+tubeOfGroup(g, groups, "k")+"\r\nput 0 0 60 1\r\nx\r\n", 5*time.Second)
-		_, id, ok := strings.Cut(out, "INSERTED ")
-		if !ok {
-			return 0, false
-		}
-		n, err := strconv.ParseUint(strings.TrimSuffix(id, "\r\n"), 10, 64)
-		return n, err == nil
-	}
+	put := func(g int) (uint64, bool) { return putX(survivor, tubeOfGroup(g, groups, "k")) }
 	var acked []uint64
 	for g := 1; g <= groups; g++ {
 		id, ok := put(g)
