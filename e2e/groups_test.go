@@ -670,20 +670,29 @@ func quitAnswersWhatCameBefore(t *testing.T, tc *testCluster) {
 // group's tube acknowledged through another node: one group's failover,
 // as TestClusterFailoverTime measures the one group's. The group struck
 // goes round the groups. BEANPOLE_FAILOVER_KILLS sets the count (default
-// 3; the figures in docs/cluster.md are from 20). The bound asserted is
-// loose (a loaded machine); the figures are logged.
+// 3; the figures in docs/cluster.md are from 20);
+// BEANPOLE_FAILOVER_REPLICAS=R runs five nodes with five groups on R
+// replicas instead of three nodes with three. The bound asserted is loose
+// (a loaded machine); the figures are logged.
 func TestGroupsFailoverTime(t *testing.T) {
 	t.Parallel()
-	const groups = 3
-	kills := 3
-	if v := os.Getenv("BEANPOLE_FAILOVER_KILLS"); v != "" {
+	nodes, groups, kills := 3, 3, 3
+	var more []string
+	atoi := func(v string) int {
 		n, err := strconv.Atoi(v)
 		if err != nil {
 			t.Fatal(err)
 		}
-		kills = n
+		return n
 	}
-	tc := startGroupsCluster(t, 3, groups)
+	if v := os.Getenv("BEANPOLE_FAILOVER_KILLS"); v != "" {
+		kills = atoi(v)
+	}
+	// BEANPOLE_FAILOVER_REPLICAS=R: five nodes, five groups on R replicas.
+	if v := os.Getenv("BEANPOLE_FAILOVER_REPLICAS"); v != "" {
+		nodes, groups, more = 5, 5, []string{"--replicas", strconv.Itoa(atoi(v))}
+	}
+	tc := startGroupsCluster(t, nodes, groups, more...)
 	var took []time.Duration
 	for k := range kills {
 		g := 1 + k%groups
