@@ -620,6 +620,14 @@ func TestGroupsInternalListenersTakeOnlyNodes(t *testing.T) {
 		if got := call(w, "reserve-with-timeout 5\r\n"); got != "RESERVED "+id+" 2\r\n" {
 			t.Fatalf("reserve over TLS through another node: %q, want job %s", got, id)
 		}
+		// The TLS connection, read meanwhile to see a hang-up, goes on
+		// after a reserve answered at once and after one that waited.
+		if body, err := w.ReadString('\n'); err != nil || body != "hi\r\n" {
+			t.Fatalf("the reserved job's body over TLS: %q (%v)", body, err)
+		}
+		if got := call(w, "reserve-with-timeout 1\r\n") + call(w, "list-tube-used\r\n"); got != "TIMED_OUT\r\nUSING default\r\n" {
+			t.Fatalf("a reserve that waited over TLS, then a command: %q", got)
+		}
 	}
 	// Every internal listener the nodes announced refuses a client's
 	// certificate, and a plaintext client.
