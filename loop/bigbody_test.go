@@ -24,15 +24,7 @@ func TestLargeBodiesAreReadInSmallReads(t *testing.T) {
 		t.Fatalf("after a body of %d bytes: reads of %d bytes, want %d", directBody, rc.readSize, headRead)
 	}
 
-	const next = 100_000
-	first := headRead - len(put(next))
-	rc.in = []byte(put(next) + string(bytes.Repeat([]byte("b"), first)))
-	rc.run(s, c)
-	if got, want := s.eng.Memory(engine.MemPartialBodies), int64(engine.AllocSize(next+2)); got != want {
-		t.Fatalf("the next large body, %d of %d bytes in: %d bytes charged, want its full size %d", first, next, got, want)
-	}
-	rc.in = []byte(string(bytes.Repeat([]byte("b"), next-first)) + "\r\n" + put(5) + "small\r\n")
-	rc.run(s, c)
+	putLargeInSmallReads(t, s, c, rc, put(5)+"small\r\n")
 	if rc.readSize != 0 {
 		t.Fatalf("after a body of 5 bytes: reads of %d bytes, want 0 (gnet's whole buffer)", rc.readSize)
 	}
@@ -42,6 +34,24 @@ func TestLargeBodiesAreReadInSmallReads(t *testing.T) {
 	if want := "INSERTED 1\r\nINSERTED 2\r\nINSERTED 3\r\n"; string(rc.out) != want {
 		t.Fatalf("replies %q, want %q", rc.out, want)
 	}
+}
+
+// putLargeInSmallReads puts a body of 100,000 bytes on c, whose reads are
+// small, as they come: its line and the rest of a small read, which must
+// have the body charged its full size at once, then the rest, followed by
+// after.
+func putLargeInSmallReads(t *testing.T, s *Server, c *conn, rc *recConn, after string) {
+	t.Helper()
+	const next = 100_000
+	line := "put 0 0 10 " + strconv.Itoa(next) + "\r\n"
+	first := headRead - len(line)
+	rc.in = []byte(line + string(bytes.Repeat([]byte("b"), first)))
+	rc.run(s, c)
+	if got, want := s.eng.Memory(engine.MemPartialBodies), int64(engine.AllocSize(next+2)); got != want {
+		t.Fatalf("the next large body, %d of %d bytes in: %d bytes charged, want its full size %d", first, next, got, want)
+	}
+	rc.in = []byte(string(bytes.Repeat([]byte("b"), next-first)) + "\r\n" + after)
+	rc.run(s, c)
 }
 
 // Bodies large and small, put one at a time and pipelined, over a real
@@ -104,15 +114,7 @@ func TestSmallReadsLastUntilSmallCommandsArePipelined(t *testing.T) {
 		}
 	}
 
-	const next = 100_000
-	first := headRead - len(put(next))
-	rc.in = []byte(put(next) + string(bytes.Repeat([]byte("b"), first)))
-	rc.run(s, c)
-	if got, want := s.eng.Memory(engine.MemPartialBodies), int64(engine.AllocSize(next+2)); got != want {
-		t.Fatalf("the next large body, %d of %d bytes in: %d bytes charged, want its full size %d", first, next, got, want)
-	}
-	rc.in = []byte(string(bytes.Repeat([]byte("b"), next-first)) + "\r\n")
-	rc.run(s, c)
+	putLargeInSmallReads(t, s, c, rc, "")
 
 	rc.in = []byte("list-tube-used\r\nlist-tube-used\r\n")
 	rc.run(s, c)
