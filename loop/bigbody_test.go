@@ -24,15 +24,7 @@ func TestLargeBodiesAreReadInSmallReads(t *testing.T) {
 		t.Fatalf("after a body of %d bytes: reads of %d bytes, want %d", directBody, rc.readSize, headRead)
 	}
 
-	const next = 100_000
-	first := headRead - len(put(next))
-	rc.in = []byte(put(next) + string(bytes.Repeat([]byte("b"), first)))
-	rc.run(s, c)
-	if got, want := s.eng.Memory(engine.MemPartialBodies), int64(engine.AllocSize(next+2)); got != want {
-		t.Fatalf("the next large body, %d of %d bytes in: %d bytes charged, want its full size %d", first, next, got, want)
-	}
-	rc.in = []byte(string(bytes.Repeat([]byte("b"), next-first)) + "\r\n" + put(5) + "small\r\n")
-	rc.run(s, c)
+	putLargeInSmallReads(t, s, c, rc, put(5)+"small\r\n")
 	if rc.readSize != 0 {
 		t.Fatalf("after a body of 5 bytes: reads of %d bytes, want 0 (gnet's whole buffer)", rc.readSize)
 	}
@@ -42,6 +34,24 @@ func TestLargeBodiesAreReadInSmallReads(t *testing.T) {
 	if want := "INSERTED 1\r\nINSERTED 2\r\nINSERTED 3\r\n"; string(rc.out) != want {
 		t.Fatalf("replies %q, want %q", rc.out, want)
 	}
+}
+
+// putLargeInSmallReads puts a body of 100,000 bytes on c, whose reads are
+// small, as they come: its line and the rest of a small read, which must
+// have the body charged its full size at once, then the rest, followed by
+// after.
+func putLargeInSmallReads(t *testing.T, s *Server, c *conn, rc *recConn, after string) {
+	t.Helper()
+	const next = 100_000
+	line := "put 0 0 10 " + strconv.Itoa(next) + "\r\n"
+	first := headRead - len(line)
+	rc.in = []byte(line + string(bytes.Repeat([]byte("b"), first)))
+	rc.run(s, c)
+	if got, want := s.eng.Memory(engine.MemPartialBodies), int64(engine.AllocSize(next+2)); got != want {
+		t.Fatalf("the next large body, %d of %d bytes in: %d bytes charged, want its full size %d", first, next, got, want)
+	}
+	rc.in = []byte(string(bytes.Repeat([]byte("b"), next-first)) + "\r\n" + after)
+	rc.run(s, c)
 }
 
 // Bodies large and small, put one at a time and pipelined, over a real
@@ -83,22 +93,37 @@ func TestLargeBodiesIntactAcrossReadSizes(t *testing.T) {
 	expect(t, c, want.String())
 }
 
-// A connection that sends a large put and then other commands (a worker
-// that put one big job) reads gnet's whole buffer again: small reads are
-// only for a run of large puts.
-func TestReadsAreWholeAgainAfterACommandThatIsNoPut(t *testing.T) {
+// A producer of large bodies that reserves and deletes a job at a time
+// between its puts keeps reading in small reads, so that its next body is
+// read straight into the job (and given its full size at once); small
+// commands pipelined behind a large put bring gnet's whole buffer back.
+func TestSmallReadsLastUntilSmallCommandsArePipelined(t *testing.T) {
 	s, c, rc := framingServer(t, 1<<20)
-	rc.in = []byte("put 0 0 10 " + strconv.Itoa(directBody) + "\r\n" + string(bytes.Repeat([]byte("a"), directBody)) + "\r\n")
+	put := func(n int) string { return "put 0 0 10 " + strconv.Itoa(n) + "\r\n" }
+	body := string(bytes.Repeat([]byte("a"), directBody))
+	rc.in = []byte(put(directBody) + body + "\r\n")
 	rc.run(s, c)
 	if rc.readSize != headRead {
 		t.Fatalf("after a large body: reads of %d bytes, want %d", rc.readSize, headRead)
 	}
-	rc.in = []byte("list-tube-used\r\n")
+	for _, line := range []string{"reserve\r\n", "delete 1\r\n"} {
+		rc.in = []byte(line)
+		rc.run(s, c)
+		if rc.readSize != headRead {
+			t.Fatalf("after %q on its own: reads of %d bytes, want %d", line, rc.readSize, headRead)
+		}
+	}
+
+	putLargeInSmallReads(t, s, c, rc, "")
+
+	rc.in = []byte("list-tube-used\r\nlist-tube-used\r\n")
 	rc.run(s, c)
 	if rc.readSize != 0 {
-		t.Fatalf("after list-tube-used: reads of %d bytes, want 0 (gnet's whole buffer)", rc.readSize)
+		t.Fatalf("after pipelined list-tube-used: reads of %d bytes, want 0 (gnet's whole buffer)", rc.readSize)
 	}
-	if want := "INSERTED 1\r\nUSING default\r\n"; string(rc.out) != want {
+	want := "INSERTED 1\r\nRESERVED 1 " + strconv.Itoa(directBody) + "\r\n" + body + "\r\nDELETED\r\n" +
+		"INSERTED 2\r\nUSING default\r\nUSING default\r\n"
+	if string(rc.out) != want {
 		t.Fatalf("replies %q, want %q", rc.out, want)
 	}
 }

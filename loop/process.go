@@ -189,8 +189,12 @@ func (s *Server) pass(c *conn) gnet.Action {
 				goto done
 			}
 			off += f.N
-			if c.connExtra != nil && c.bigBodies && (f.Cmd.Op != codec.OpPut || f.Status != codec.OK) {
-				c.setBigBodies(false) // not only large puts: whole reads again
+			if c.connExtra != nil && c.bigBodies && (f.Cmd.Op != codec.OpPut || f.Status != codec.OK) && off < len(buf) {
+				// Small commands pipelined behind large puts: whole
+				// reads again. One sent on its own (a producer's
+				// reserve or delete between its puts) fits a small
+				// read, and its next body is read into the job.
+				c.setBigBodies(false)
 			}
 			if act := s.dispatch(c, f.Status, &f.Cmd); act != gnet.None {
 				s.settle(c, p, from)
@@ -637,9 +641,11 @@ func uninitBytes(n int) []byte {
 // bodySize notes the size of the put body that has just fully arrived.
 // From a body of directBody bytes on, c's reads ask for headRead bytes, so
 // that its next large body is read from the socket straight into the job
-// rather than through gnet's buffer; a smaller body, or any other command
-// (pass), sets them back to gnet's whole buffer, the fewest reads for a
-// client that pipelines small commands.
+// rather than through gnet's buffer; a smaller body, or another command
+// with more input behind it (pass), sets them back to gnet's whole buffer,
+// the fewest reads for a client that pipelines small commands. A command
+// sent on its own (a producer that reserves and deletes between its puts)
+// fits a small read and leaves them small.
 func (c *conn) bodySize() { c.setBigBodies(int(c.put.bytes)+2 >= directBody) }
 
 // setBigBodies sets c's reads for large put bodies or for anything else.
