@@ -49,9 +49,13 @@ E2E_ALONE := TestPipelinedRunDoesNotStallOtherClients TestSlowOperationsDoNotSta
 space := $() $()
 e2e-alone = ^($(subst $(space),|,$(strip $(E2E_ALONE))))$$
 
-# The e2e suite but E2E_ALONE, and E2E_ALONE.
+# The e2e suite but E2E_ALONE, and E2E_ALONE. The randomized fault searches
+# run in race-e2e only: against a race-built server they search as well,
+# and check for races besides.
+RACE_E2E_ONLY := TestClusterRandomizedFaultsLoseNothingAcknowledged TestGroupsRandomizedFaultsLoseNothingAcknowledged \
+	TestGroupsOnReplicasRandomizedFaultsLoseNothingAcknowledged
 test-e2e:
-	cd e2e && $(GO) test -count=1 -skip '$(e2e-alone)' ./...
+	cd e2e && $(GO) test -count=1 -skip '^($(subst $(space),|,$(strip $(E2E_ALONE) $(RACE_E2E_ONLY))))$$' ./...
 
 test-e2e-alone:
 	cd e2e && $(GO) test -count=1 -run '$(e2e-alone)' ./...
