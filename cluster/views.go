@@ -24,7 +24,7 @@ import (
 // reports an older term than the members that elected a new leader.
 const (
 	viewsLink    = maxGroup
-	viewsEvery   = 25 * time.Millisecond
+	viewsEvery   = 50 * time.Millisecond
 	viewsBeat    = time.Second
 	viewsTimeout = 3 * viewsBeat
 	viewsRetry   = 200 * time.Millisecond
@@ -41,15 +41,20 @@ type view struct {
 	Addr   string `json:"a,omitempty"` // where it serves (ServingAddr)
 }
 
-// views are the reports of the other nodes, by their raft address.
+// views are the reports of the other nodes, by their raft address, and
+// this node's own.
 type views struct {
 	h     *Host
 	layer *groupLayer
 	mu    sync.Mutex
 	peers map[string][]view
 	conns map[net.Conn]struct{}
-	stop  chan struct{}
-	wg    sync.WaitGroup
+	// report is this node's report as last made (publish), and changed is
+	// closed when the next one differs.
+	report  []byte
+	changed chan struct{}
+	stop    chan struct{}
+	wg      sync.WaitGroup
 }
 
 // openViews serves this node's reports on the raft port and reads those
@@ -60,9 +65,24 @@ func openViews(h *Host) (*views, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &views{h: h, layer: layer, peers: map[string][]view{}, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
-	v.wg.Add(1)
+	v := &views{h: h, layer: layer, peers: map[string][]view{}, conns: map[net.Conn]struct{}{}, changed: make(chan struct{}),
+		stop: make(chan struct{})}
+	v.publish()
+	v.wg.Add(2)
 	go v.accept()
+	go func() {
+		defer v.wg.Done()
+		t := time.NewTicker(viewsEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				v.publish()
+			case <-v.stop:
+				return
+			}
+		}
+	}()
 	if f := zero.Raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			if string(s.ID) != zero.cfg.ID {
@@ -134,29 +154,41 @@ func (v *views) own() []view {
 	return out
 }
 
-// serve sends this node's report over c whenever it changes, and at least
-// every viewsBeat, until c fails or the views close.
+// publish makes this node's report, once for every link that carries it.
+func (v *views) publish() {
+	b, err := json.Marshal(v.own())
+	if err != nil {
+		return
+	}
+	b = append(b, '\n')
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !bytes.Equal(b, v.report) {
+		v.report = b
+		close(v.changed)
+		v.changed = make(chan struct{})
+	}
+}
+
+// serve sends this node's report over c at once, then whenever it changes
+// and at least every viewsBeat, until c fails or the views close.
 func (v *views) serve(c net.Conn) {
 	defer v.wg.Done()
 	defer v.untrack(c)
-	t := time.NewTicker(viewsEvery)
-	defer t.Stop()
-	var last []byte
-	var sent time.Time
+	beat := time.NewTimer(viewsBeat)
+	defer beat.Stop()
 	for {
-		b, err := json.Marshal(v.own())
-		if err != nil {
+		v.mu.Lock()
+		report, changed := v.report, v.changed
+		v.mu.Unlock()
+		_ = c.SetWriteDeadline(time.Now().Add(viewsTimeout))
+		if _, err := c.Write(report); err != nil {
 			return
 		}
-		if !bytes.Equal(b, last) || time.Since(sent) >= viewsBeat {
-			_ = c.SetWriteDeadline(time.Now().Add(viewsTimeout))
-			if _, err := c.Write(append(b, '\n')); err != nil {
-				return
-			}
-			last, sent = b, time.Now()
-		}
+		beat.Reset(viewsBeat)
 		select {
-		case <-t.C:
+		case <-changed:
+		case <-beat.C:
 		case <-v.stop:
 			return
 		}

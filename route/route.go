@@ -70,7 +70,7 @@ type Router struct {
 // leaderRefresh is how often the router looks up where each group's
 // leader serves. A backend to a leader that lost its lead meanwhile gets
 // no answer from it (its lease fence), so the delay costs no correctness.
-const leaderRefresh = 10 * time.Millisecond
+const leaderRefresh = 50 * time.Millisecond
 
 // New makes a router; Stop ends it.
 func New(cfg Config) *Router {
