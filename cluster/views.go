@@ -94,29 +94,35 @@ func openViews(h *Host) (*views, error) {
 	return v, nil
 }
 
-// close stops the links, both ways.
+// close stops the links, both ways. The links are closed outside v.mu:
+// closing one takes the raft port's lock.
 func (v *views) close() {
-	close(v.stop)
-	v.layer.Close()
 	v.mu.Lock()
+	close(v.stop)
+	conns := make([]net.Conn, 0, len(v.conns))
 	for c := range v.conns {
-		c.Close()
+		conns = append(conns, c)
 	}
 	v.mu.Unlock()
+	v.layer.Close()
+	for _, c := range conns {
+		c.Close()
+	}
 	v.wg.Wait()
 }
 
-// track adds c to the links close closes; false once closing.
+// track adds c to the links close closes; false (c closed) once closing.
 func (v *views) track(c net.Conn) bool {
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	select {
 	case <-v.stop:
+		v.mu.Unlock()
 		c.Close()
 		return false
 	default:
 	}
 	v.conns[c] = struct{}{}
+	v.mu.Unlock()
 	return true
 }
 
