@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/beanpole/beanpole/codec"
 )
@@ -196,9 +197,12 @@ func (s *session) waitAll(bs []*backend, line []byte) bool {
 			relay[i] <- w
 		}()
 	}
-	var win answer
+	win, won := awaitSoon(s, first)
+	if won {
+		return s.wonWait(bs, relay, win.i, win.w)
+	}
 	in, stop := s.watchInput()
-	for won := false; !won; {
+	for !won {
 		select {
 		case win = <-first:
 			won = true
@@ -224,27 +228,58 @@ func (s *session) waitAll(bs []*backend, line []byte) bool {
 	if !stop() {
 		return false
 	}
-	if win.w.err != nil {
+	return s.wonWait(bs, relay, win.i, win.w)
+}
+
+// wonWait gives the client the answer of bs[i], the first of the waits to
+// answer, and ends the others' waits.
+func (s *session) wonWait(bs []*backend, relay []chan waited, i int, w waited) bool {
+	if w.err != nil {
 		return false
 	}
-	<-relay[win.i]
-	for i, b := range bs {
-		if i == win.i {
+	<-relay[i]
+	for k, b := range bs {
+		if k == i {
 			continue
 		}
-		if _, err := b.withdraw(relay[i]); err != nil {
+		if _, err := b.withdraw(relay[k]); err != nil {
 			return false
 		}
 	}
-	bs[win.i].note(win.w.reply, 0)
-	s.out = append(s.out, win.w.reply...)
+	bs[i].note(w.reply, 0)
+	s.out = append(s.out, w.reply...)
 	return true
+}
+
+// watchAfter is how long a reserve may take before the session reads its
+// client meanwhile (watchInput): one answered at once, as most are when
+// jobs are ready, costs no second goroutine.
+const watchAfter = 10 * time.Millisecond
+
+// awaitSoon is what got delivers within watchAfter, if it does.
+func awaitSoon[T any](s *session, got <-chan T) (T, bool) {
+	if s.soon == nil {
+		s.soon = time.NewTimer(watchAfter)
+	} else {
+		s.soon.Reset(watchAfter)
+	}
+	select {
+	case v := <-got:
+		s.soon.Stop()
+		return v, true
+	case <-s.soon.C:
+		var zero T
+		return zero, false
+	}
 }
 
 // wait is the reply of a reserve sent to b. A client that hangs up
 // meanwhile has the wait cancelled, as one server cancels it.
 func (s *session) wait(b *backend) ([]byte, bool) {
 	got := b.await()
+	if w, ok := awaitSoon(s, got); ok {
+		return w.reply, w.err == nil
+	}
 	in, stop := s.watchInput()
 	for {
 		select {

@@ -38,6 +38,7 @@ type session struct {
 	// gave itself behind those.
 	pend    []pending
 	scratch []byte
+	soon    *time.Timer // awaitSoon's
 }
 
 // pending is one reply still to come to a client.
