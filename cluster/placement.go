@@ -43,9 +43,6 @@ type dataGroups struct {
 	hosts       []int // the data groups this node hosts, in order
 }
 
-// hosted reports whether this node hosts data group g.
-func (d dataGroups) hosted(g int) bool { _, ok := slices.BinarySearch(d.hosts, g); return ok }
-
 // checkGroups holds a node to the data groups (and replicas) its
 // directory was made with; a node's first start makes the record, its
 // groups those GroupMembers gives it among boot.

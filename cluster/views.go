@@ -154,8 +154,8 @@ func (v *views) own() []view {
 		if g == 0 || nd == nil {
 			continue
 		}
-		_, id := nd.Raft.LeaderWithID()
-		out = append(out, view{G: g, Term: nd.Raft.CurrentTerm(), Leader: string(id), Addr: nd.ServingAddr()})
+		id, addr := v.h.Leader(g)
+		out = append(out, view{G: g, Term: nd.Raft.CurrentTerm(), Leader: id, Addr: addr})
 	}
 	return out
 }
