@@ -168,6 +168,10 @@ func TestGroupsServeEveryCommandThroughAnyNode(t *testing.T) {
 	}
 	mustSend(t, c, "list-tube-used\r\nlist-tubes-watched\r\n")
 	expect(t, c, "USING default\r\nOK 14\r\n---\n- default\n\r\n")
+	// beanpole's own commands are unknown to a client of a node, as to
+	// upstream's clients: only routers send them.
+	mustSend(t, c, "beanpole-peek-watched\r\nbeanpole-cancel-wait\r\nbeanpole-unreserve 1\r\nbeanpole-unreserve x\r\nlist-tube-used\r\n")
+	expect(t, c, strings.Repeat("UNKNOWN_COMMAND\r\n", 4)+"USING default\r\n")
 	t.Run("beanpole cluster groups", func(t *testing.T) {
 		out, err := exec.Command(target.bin, "cluster", "groups", "--http", tc.nodes[0].http, "--token-file", tc.token).CombinedOutput()
 		if err != nil {

@@ -228,10 +228,13 @@ func (s *session) putLine(line []byte) bool {
 // command runs one command line (not a put with a body); line is it as
 // the client sent it, CRLF included.
 func (s *session) command(st codec.Status, cmd *codec.Command, line []byte) bool {
-	switch st {
-	case codec.Unknown:
+	// beanpole's own commands are the router's to send: to a client they
+	// are unknown, as to upstream, whatever follows them on the line.
+	if st == codec.Unknown || cmd.Op.Internal() {
 		s.reply(codec.RepUnknownCommand)
 		return true
+	}
+	switch st {
 	case codec.BadFormat, codec.PauseTubeBadName:
 		s.reply(codec.RepBadFormat)
 		return true
