@@ -606,6 +606,9 @@ func TestGroupsInternalListenersTakeOnlyNodes(t *testing.T) {
 		}
 		return line
 	}
+	// A lead handed over closes the connections with a command on its way
+	// (a waiting reserve among them): the leads settle first.
+	tc.settled(tc.nodes[0], 60*time.Second)
 	for g := 1; g <= groups; g++ {
 		tube := tubeOfGroup(g, groups, "s")
 		p := dialTLS(tlsAddr[tc.nodes[g-1]])
