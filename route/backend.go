@@ -3,6 +3,7 @@ package route
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -30,6 +32,9 @@ type backend struct {
 	// not deleted, released or buried through it since (one whose TTR ran
 	// out stays until then).
 	held map[uint64]struct{}
+	// probe: the session waited for its client since b last ran a
+	// command, so b's leader may have closed it meanwhile (alive).
+	probe bool
 }
 
 // The internal commands: cancelWait ends a reserve that waits (answered
@@ -51,31 +56,47 @@ var (
 // a leader (within LeaderWait).
 func (s *session) backend(g int) (*backend, error) {
 	if b := s.b[g]; b != nil {
-		// A backend to a node that no longer leads the group is of no use;
-		// one that holds none of the session's reservations is replaced
-		// without the client noticing (a lead handed over to spread the
-		// leaders, say), once a leader is known again. One that holds
-		// some fails at its next command.
-		if addr := s.r.leader(g); addr == b.addr || len(b.held) > 0 {
-			return b, nil
+		switch addr := s.r.leader(g); {
+		case addr == b.addr || addr == "":
+			// The leader the session knows, or no other yet (an election).
+			// A backend its leader closed while the session waited for its
+			// client (the leader died, or handed its lead over) took
+			// nothing the session sent since: one that holds none of the
+			// session's reservations is replaced unseen, and the command
+			// goes to the group's next leader.
+			if !b.probe || len(b.held) > 0 || b.alive() {
+				b.probe = false
+				return b, nil
+			}
+			s.drop(b)
+		case len(b.held) > 0:
+			// Another node leads the group: the reservations the session
+			// held there are ready again at it (docs/cluster.md), so the
+			// client's connection ends, as a single server's death ends
+			// it.
+			return nil, fmt.Errorf("%w: group %d moved to %s", errBackendLost, g, addr)
+		default:
+			// A backend to a node that no longer leads the group is of no
+			// use; one that holds none of the session's reservations is
+			// replaced without the client noticing (a lead handed over to
+			// spread the leaders, say). Its replies still to come are read
+			// first: one may reserve, and the reservation is void.
+			if !s.settle() || len(b.held) > 0 {
+				return nil, errBackendLost
+			}
+			s.drop(b)
 		}
-		// Its replies still to come are read first: they may reserve.
-		if !s.settle() {
-			return nil, errBackendLost
-		}
-		if len(b.held) > 0 {
-			return b, nil
-		}
-		b.c.Close()
-		delete(s.b, g)
 	}
 	deadline := time.Now().Add(s.r.cfg.LeaderWait)
 	for {
-		if addr := s.r.leader(g); addr != "" {
+		// Not back to a leader that closed the session's backend: it is
+		// going, and the router has not heard of the next yet.
+		if addr := s.r.leader(g); addr != "" && addr != s.gone[g] {
 			if c, err := s.r.cfg.Dial(addr); err == nil {
 				b := &backend{g: g, addr: addr, c: c, use: "default", watch: []string{"default"}, held: map[uint64]struct{}{}}
 				b.bufs()
 				s.b[g] = b
+				s.r.open[g].add(b)
 				return b, nil
 			}
 		}
@@ -83,9 +104,56 @@ func (s *session) backend(g int) (*backend, error) {
 			return nil, fmt.Errorf("%w: group %d", errNoLeader, g)
 		}
 		// An election is on, or its winner has not said where it
-		// serves yet.
+		// serves yet, or the node that led the group is gone and the
+		// router has not heard of its successor yet.
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// drop closes b and forgets it: the session's next command for its group
+// opens another, to another leader.
+func (s *session) drop(b *backend) {
+	if s.gone == nil {
+		s.gone = map[int]string{}
+	}
+	s.gone[b.g] = b.addr
+	b.c.Close()
+	s.r.open[b.g].remove(b)
+	if s.b[b.g] == b {
+		delete(s.b, b.g)
+	}
+}
+
+// alive reports whether b's leader had not closed it when asked: the
+// socket is peeked at (MSG_PEEK, not waiting), which consumes nothing. A
+// leader closes a router's connection when it dies or loses its lead.
+func (b *backend) alive() bool {
+	b.probe = false
+	if b.rd != nil && b.rd.Buffered() > 0 {
+		return true
+	}
+	c := b.c
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	closed := false
+	var one [1]byte
+	err = rc.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		// Bytes waiting (a TLS session ticket, say) leave it to the
+		// reader; no bytes at all is the leader's close.
+		closed = n == 0 && err == nil || err != nil && err != syscall.EAGAIN && err != syscall.EINTR
+		return true
+	})
+	return err == nil && !closed
 }
 
 // A backend's buffers are the session's only while it runs commands: a
@@ -109,8 +177,9 @@ func (b *backend) bufs() {
 }
 
 // rest lends b's buffers back while nothing is in them, and lets a large
-// reply's buffer go.
+// reply's buffer go: the session waits for its client.
 func (b *backend) rest() {
+	b.probe = true
 	if b.rd != nil && b.rd.Buffered() == 0 && b.wr.Buffered() == 0 {
 		b.rd.Reset(nil)
 		b.wr.Reset(nil)

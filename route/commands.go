@@ -41,44 +41,109 @@ func (s *session) watchedByGroup() (map[int][]string, []int) {
 	return by, groups
 }
 
-// reserve runs a reserve or reserve-with-timeout. Where the watched tubes
-// lie in one group, it runs there. Otherwise each group is asked for a job
-// at once, and the most urgent one offered is taken (the others are put
-// back, no release counted); when none offers one, the reserve waits at
-// every group, the first answer wins, and the other waits are cancelled.
+// outcome is how one try of a reserve ended.
+type outcome int
+
+const (
+	answered outcome = iota // the client's reply is in out
+	broken                  // the session ends
+	// lost: a group's leader closed its backend (it died, or its lead
+	// moved) while the reserve was on its way there, and the session held
+	// no reservation in that group. Whatever that leader reserved for the
+	// session is ready again at the next (docs/cluster.md), so the reserve
+	// runs again, at the group's next leader, unseen by the client.
+	lost
+)
+
+// maxQuickLosses bounds how often in a row a reserve is lost within a
+// second of being sent before its client's connection is closed: leaders
+// that keep closing what they are sent are not failing over.
+const maxQuickLosses = 20
+
+// reserve runs a reserve or reserve-with-timeout, again at a group's next
+// leader if the one it waited at is lost (lost), with what is left of its
+// timeout.
 func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 	if !s.settle() {
 		return false
 	}
+	c := *cmd
+	deadline := time.Now().Add(time.Duration(c.Timeout) * time.Second)
+	for quick := 0; ; {
+		sent := time.Now()
+		switch s.reserveOnce(&c, line) {
+		case answered:
+			return true
+		case broken:
+			return false
+		}
+		if quick++; time.Since(sent) >= time.Second {
+			quick = 0
+		}
+		if quick > maxQuickLosses {
+			return false
+		}
+		if c.Op == codec.OpReserveWithTimeout {
+			// Whole seconds, rounded up: a job ready at the next leader is
+			// still taken once the time is up (a timeout of 0).
+			c.Timeout = uint32(max(0, (time.Until(deadline)+time.Second-1)/time.Second))
+			line = strconv.AppendUint([]byte("reserve-with-timeout "), uint64(c.Timeout), 10)
+			line = append(line, "\r\n"...)
+		}
+	}
+}
+
+// lostIf is the outcome of a command at b that failed with err (nil: it
+// did not): lost, and b dropped, if b's leader closed it while b held no
+// reservation of the session's.
+func (s *session) lostIf(b *backend, err error) outcome {
+	switch {
+	case err == nil:
+		return answered
+	case len(b.held) > 0:
+		return broken
+	}
+	s.drop(b)
+	return lost
+}
+
+// reserveOnce runs a reserve. Where the watched tubes lie in one group,
+// it runs there. Otherwise each group is asked for a job at once, and the
+// most urgent one offered is taken (the others are put back, no release
+// counted); when none offers one, the reserve waits at every group, the
+// first answer wins, and the other waits are cancelled.
+func (s *session) reserveOnce(cmd *codec.Command, line []byte) outcome {
 	by, groups := s.watchedByGroup()
 	if len(groups) == 1 {
 		b, err := s.backend(groups[0])
 		if err != nil {
-			return false
+			return broken
 		}
 		s.watchExactly(b, by[groups[0]])
-		if !s.settle() || b.send(line) != nil {
-			return false
+		if !s.settle() {
+			return broken
 		}
-		w, ok := s.wait(b)
-		if !ok {
-			return false
+		if err := b.send(line); err != nil {
+			return s.lostIf(b, err)
 		}
-		b.note(w, 0)
-		s.out = append(s.out, w...)
-		return true
+		w, out := s.wait(b)
+		if out == answered {
+			b.note(w, 0)
+			s.out = append(s.out, w...)
+		}
+		return out
 	}
 	bs := make([]*backend, len(groups))
 	for i, g := range groups {
 		b, err := s.backend(g)
 		if err != nil {
-			return false
+			return broken
 		}
 		s.watchExactly(b, by[g])
 		bs[i] = b
 	}
 	if !s.settle() {
-		return false
+		return broken
 	}
 	// What is ready now, most urgent first across the groups: every group
 	// names the job a reserve would take there (beanpole-peek-watched,
@@ -88,7 +153,7 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 	for range peekRounds {
 		reps, ok := askAll(bs, func(*backend) string { return "beanpole-peek-watched\r\n" })
 		if !ok {
-			return false
+			return broken
 		}
 		best, bestID, bestPri := -1, uint64(0), uint64(0)
 		for i, rep := range reps {
@@ -101,12 +166,12 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 		}
 		rep, err := bs[best].roundTrip([]byte("reserve-with-timeout 0\r\n"))
 		if err != nil {
-			return false
+			return s.lostIf(bs[best], err)
 		}
 		if bytes.HasPrefix(rep, []byte("RESERVED ")) {
 			bs[best].note(rep, 0)
 			s.out = append(s.out, rep...)
-			return true
+			return answered
 		}
 	}
 	// Whatever is ready now, as above, but taken at once: every group is
@@ -122,7 +187,7 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 	soon := false
 	reps, ok := askAll(bs, func(*backend) string { return "reserve-with-timeout 0\r\n" })
 	if !ok {
-		return false
+		return broken
 	}
 	for i, rep := range reps {
 		switch {
@@ -142,12 +207,12 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 			}
 			stats, ok := askAll(obs, func(b *backend) string { return "stats-job " + strconv.FormatUint(ids[b], 10) + "\r\n" })
 			if !ok {
-				return false
+				return broken
 			}
 			for i := range offers {
 				pri, ok := yamlUint(stats[i], "pri")
 				if !ok {
-					return false
+					return broken
 				}
 				offers[i].pri = pri
 				if o := offers[best]; pri < o.pri || pri == o.pri && replyID(offers[i].reply) < replyID(o.reply) {
@@ -162,15 +227,15 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 				s.own(o.b, "UNRESERVED", "beanpole-unreserve "+strconv.FormatUint(replyID(o.reply), 10)+"\r\n")
 			}
 		}
-		return true
+		return answered
 	}
 	if soon {
 		s.out = append(s.out, codec.RepDeadlineSoon...)
-		return true
+		return answered
 	}
 	if cmd.Op == codec.OpReserveWithTimeout && cmd.Timeout == 0 {
 		s.out = append(s.out, codec.RepTimedOut...)
-		return true
+		return answered
 	}
 	return s.waitAll(bs, line)
 }
@@ -178,7 +243,7 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 // waitAll has every backend wait with the reserve line; the first answer
 // is the client's, and the others' waits are cancelled (a job one of them
 // offered meanwhile is put back).
-func (s *session) waitAll(bs []*backend, line []byte) bool {
+func (s *session) waitAll(bs []*backend, line []byte) outcome {
 	type answer struct {
 		i int
 		w waited
@@ -186,8 +251,10 @@ func (s *session) waitAll(bs []*backend, line []byte) bool {
 	first := make(chan answer, len(bs))
 	relay := make([]chan waited, len(bs))
 	for i, b := range bs {
-		if b.send(line) != nil {
-			return false
+		if err := b.send(line); err != nil {
+			// The waits sent already are ended as the others' are.
+			_ = s.withdrawAll(bs[:i], relay, -1)
+			return s.lostIf(b, err)
 		}
 		got := b.await()
 		relay[i] = make(chan waited, 1)
@@ -210,44 +277,56 @@ func (s *session) waitAll(bs []*backend, line []byte) bool {
 			if ok {
 				if !s.take(p) {
 					stop()
-					return false
+					return broken
 				}
 				continue
 			}
 			// The client hung up: no job for it, as on one server.
 			stop()
-			for i, b := range bs {
-				if _, err := b.withdraw(relay[i]); err != nil {
-					return false
-				}
+			if !s.withdrawAll(bs, relay, -1) {
+				return broken
 			}
 			s.out = append(s.out, codec.RepTimedOut...)
-			return true
+			return answered
 		}
 	}
 	if !stop() {
-		return false
+		return broken
 	}
 	return s.wonWait(bs, relay, win.i, win.w)
 }
 
 // wonWait gives the client the answer of bs[i], the first of the waits to
-// answer, and ends the others' waits.
-func (s *session) wonWait(bs []*backend, relay []chan waited, i int, w waited) bool {
-	if w.err != nil {
-		return false
-	}
+// answer, and ends the others' waits. An answer that is bs[i]'s loss (its
+// leader closed it) ends them too, and the reserve is lost.
+func (s *session) wonWait(bs []*backend, relay []chan waited, i int, w waited) outcome {
 	<-relay[i]
-	for k, b := range bs {
-		if k == i {
-			continue
-		}
-		if _, err := b.withdraw(relay[k]); err != nil {
-			return false
-		}
+	if !s.withdrawAll(bs, relay, i) {
+		return broken
+	}
+	if w.err != nil {
+		return s.lostIf(bs[i], w.err)
 	}
 	bs[i].note(w.reply, 0)
 	s.out = append(s.out, w.reply...)
+	return answered
+}
+
+// withdrawAll ends the waits of bs but bs[except]'s, each delivered on its
+// relay; false if that failed at a backend that held a reservation of the
+// session's. One whose leader closed it is dropped: its wait ended with it.
+func (s *session) withdrawAll(bs []*backend, relay []chan waited, except int) bool {
+	for k, b := range bs {
+		if k == except {
+			continue
+		}
+		if _, err := b.withdraw(relay[k]); err != nil {
+			if len(b.held) > 0 {
+				return false
+			}
+			s.drop(b)
+		}
+	}
 	return true
 }
 
@@ -275,27 +354,33 @@ func awaitSoon[T any](s *session, got <-chan T) (T, bool) {
 
 // wait is the reply of a reserve sent to b. A client that hangs up
 // meanwhile has the wait cancelled, as one server cancels it.
-func (s *session) wait(b *backend) ([]byte, bool) {
+func (s *session) wait(b *backend) ([]byte, outcome) {
 	got := b.await()
 	if w, ok := awaitSoon(s, got); ok {
-		return w.reply, w.err == nil
+		return w.reply, s.lostIf(b, w.err)
 	}
 	in, stop := s.watchInput()
 	for {
 		select {
 		case w := <-got:
-			return w.reply, stop() && w.err == nil
+			if !stop() {
+				return nil, broken
+			}
+			return w.reply, s.lostIf(b, w.err)
 		case p, ok := <-in:
 			if ok {
 				if !s.take(p) {
 					stop()
-					return nil, false
+					return nil, broken
 				}
 				continue
 			}
 			stop()
 			rep, err := b.withdraw(got)
-			return rep, err == nil
+			if err != nil {
+				return nil, broken
+			}
+			return rep, answered
 		}
 	}
 }

@@ -11,10 +11,13 @@
 // list-tube-used, list-tubes-watched), and merges what every group knows
 // (stats, list-tubes).
 //
-// A backend's failure (its leader lost, its node dead) closes the client's
-// connection, as a single server's death does: the command it carried may
-// or may not have run, and the reservations the session held in that
-// group are ready again at its next leader.
+// When a group's leader dies, stops or hands its lead over, a session's
+// backend to it is replaced at its next leader unseen by the client, and
+// a reserve waiting there waits on at the next leader, as long as the
+// session held no reservation in that group. Otherwise the client's
+// connection is closed, as a single server's death closes it: the
+// reservations the session held in that group are ready again at its next
+// leader, and a command on its way may or may not have run.
 package route
 
 import (
@@ -61,7 +64,10 @@ type Router struct {
 	// every leaderRefresh by one goroutine: a command reads it without
 	// the locks of the node's raft and state.
 	leaders []atomic.Pointer[string]
-	done    chan struct{}
+	// open[g] are the sessions' backends of group g: when another node
+	// leads it, those to the one before are closed (refreshLeaders).
+	open []openBackends
+	done chan struct{}
 	// waitCap bounds the input a session holds while a reserve waits, as
 	// one server bounds a waiting connection's: max(4 MiB, 2 × (-z + 256)).
 	waitCap int
@@ -76,6 +82,7 @@ const leaderRefresh = 50 * time.Millisecond
 func New(cfg Config) *Router {
 	r := &Router{cfg: cfg, conns: map[net.Conn]struct{}{}, leaders: make([]atomic.Pointer[string], cfg.Groups+1),
 		done: make(chan struct{}), waitCap: max(4<<20, 2*(int(cfg.MaxJobSize)+256))}
+	r.open = make([]openBackends, cfg.Groups+1)
 	r.refreshLeaders()
 	go func() {
 		t := time.NewTicker(leaderRefresh)
@@ -96,7 +103,56 @@ func (r *Router) refreshLeaders() {
 	for g := 1; g <= r.cfg.Groups; g++ {
 		if a := r.cfg.Leader(g); a != r.leader(g) {
 			r.leaders[g].Store(&a)
+			if a != "" {
+				r.open[g].leave(a)
+			}
 		}
+	}
+}
+
+// openBackends are the sessions' backends of one group.
+type openBackends struct {
+	mu sync.Mutex
+	m  map[*backend]struct{}
+}
+
+func (o *openBackends) add(b *backend) {
+	o.mu.Lock()
+	if o.m == nil {
+		o.m = map[*backend]struct{}{}
+	}
+	o.m[b] = struct{}{}
+	o.mu.Unlock()
+}
+
+func (o *openBackends) remove(b *backend) {
+	o.mu.Lock()
+	delete(o.m, b)
+	o.mu.Unlock()
+}
+
+// leave closes the backends to any node but the group's leader at addr.
+// A command on its way to the one before, or a reserve waiting there,
+// would never be answered if that node stopped or was cut off, and
+// whatever it reserved is ready at the new leader: the session sees its
+// backend fail, as if that node had closed it (docs/cluster.md,
+// "Failover").
+func (o *openBackends) leave(addr string) {
+	o.mu.Lock()
+	var stale []net.Conn
+	for b := range o.m {
+		if b.addr != addr {
+			stale = append(stale, b.c)
+		}
+	}
+	o.mu.Unlock()
+	for _, c := range stale {
+		// The socket itself: a TLS close would first send an alert,
+		// which a stopped node may never take.
+		if tc, ok := c.(*tls.Conn); ok {
+			c = tc.NetConn()
+		}
+		c.Close()
 	}
 }
 

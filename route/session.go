@@ -32,6 +32,9 @@ type session struct {
 	use   string
 	watch []string
 	b     map[int]*backend
+	// gone[g] is where the session's last backend of group g went (drop):
+	// a leader that lost its lead, died or is stopping.
+	gone  map[int]string
 	ended bool // the client's input ended
 	// pend are the replies still to come, in the client's order: of
 	// commands sent to backends and not answered yet, or ones the router
@@ -69,7 +72,7 @@ const readChunk = 4 << 10
 func (s *session) run() {
 	defer func() {
 		for _, b := range s.b {
-			b.c.Close()
+			s.drop(b)
 		}
 	}()
 	for {
