@@ -147,3 +147,71 @@ func TestGroupsAWaitingReserveOutlivesItsGroupsLeader(t *testing.T) {
 	mustSend(t, c, "stats-tube "+tube+"\r\n")
 	expectYAMLContains(t, c, "current-jobs-ready: 0", "current-jobs-reserved: 0")
 }
+
+// Reserves a client pipelines through a node, at the tubes of one group,
+// are answered in the order sent, among the commands around them: those
+// that find a job at once, one that waits until a put through another
+// node, and the commands behind it, which wait for it as on one server.
+// A client that hangs up while such a reserve waits is given no job.
+func TestGroupsPipelinedReservesAreAnsweredInOrder(t *testing.T) {
+	const groups = 3
+	tc := startGroupsCluster(t, 3, groups)
+	tube := tubeOfGroup(2, groups, "pipe")
+	p := tc.nodes[0].srv.dial(t)
+	mustSend(t, p, "use "+tube+"\r\n")
+	expect(t, p, "USING "+tube+"\r\n")
+	put := func(body string) uint64 {
+		t.Helper()
+		mustSend(t, p, fmt.Sprintf("put 0 0 60 %d\r\n%s\r\n", len(body), body))
+		line := readLine(t, p)
+		id, err := strconv.ParseUint(strings.TrimPrefix(line, "INSERTED "), 10, 64)
+		if err != nil {
+			t.Fatalf("put: %q", line)
+		}
+		return id
+	}
+	var ids []uint64
+	for i := range 5 {
+		ids = append(ids, put(fmt.Sprintf("j%d", i)))
+	}
+	w := tc.nodes[1].srv.dial(t)
+	var send, want strings.Builder
+	send.WriteString("watch " + tube + "\r\nignore default\r\n")
+	want.WriteString("WATCHING 2\r\nWATCHING 1\r\n")
+	for i, id := range ids {
+		send.WriteString("reserve\r\nlist-tube-used\r\n")
+		fmt.Fprintf(&want, "RESERVED %d 2\r\nj%d\r\nUSING default\r\n", id, i)
+	}
+	send.WriteString("reserve-with-timeout 0\r\n")
+	want.WriteString("TIMED_OUT\r\n")
+	for _, id := range ids {
+		fmt.Fprintf(&send, "delete %d\r\n", id)
+		want.WriteString("DELETED\r\n")
+	}
+	mustSend(t, w, send.String())
+	expect(t, w, want.String())
+
+	// A pipelined reserve that waits holds back the commands behind it.
+	mustSend(t, w, "reserve\r\nlist-tube-used\r\nreserve-with-timeout 0\r\n")
+	expectNothing(t, w, 100*time.Millisecond)
+	late := put("late")
+	expect(t, w, fmt.Sprintf("RESERVED %d 4\r\nlate\r\nUSING default\r\nTIMED_OUT\r\n", late))
+	mustSend(t, w, fmt.Sprintf("delete %d\r\n", late))
+	expect(t, w, "DELETED\r\n")
+
+	// A client that hangs up while its pipelined reserve waits.
+	gone := tc.nodes[1].srv.dial(t)
+	mustSend(t, gone, "watch "+tube+"\r\nignore default\r\nreserve\r\nlist-tube-used\r\n")
+	expect(t, gone, "WATCHING 2\r\nWATCHING 1\r\n")
+	expectNothing(t, gone, 100*time.Millisecond)
+	gone.nc.Close()
+	// Its wait is cancelled once the router sees it go: a job put then
+	// stays ready, never reserved.
+	waitFor(t, 30*time.Second, "the hung-up client's wait to end", func() bool {
+		out := try(tc.nodes[0].srv.addr, "stats-tube "+tube+"\r\n", 5*time.Second)
+		return strings.Contains(out, "current-waiting: 0")
+	})
+	id := put("after")
+	mustSend(t, p, fmt.Sprintf("stats-job %d\r\n", id))
+	expectYAMLContains(t, p, "state: ready", "reserves: 0")
+}

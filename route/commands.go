@@ -64,6 +64,11 @@ const maxQuickLosses = 20
 // leader if the one it waited at is lost (lost), with what is left of its
 // timeout.
 func (s *session) reserve(cmd *codec.Command, line []byte) bool {
+	if s.more {
+		if by, groups := s.watchedByGroup(); len(groups) == 1 {
+			return s.pipelineReserve(groups[0], by[groups[0]], line)
+		}
+	}
 	if !s.settle() {
 		return false
 	}
@@ -91,6 +96,25 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 			line = append(line, "\r\n"...)
 		}
 	}
+}
+
+// pipelineReserve sends a reserve at group g, whose tubes are all the
+// session watches, behind the commands on their way, as a client that
+// sends more behind it pipelines it: its reply is read in its turn, and
+// while it waits the client is read as while any reserve waits. A group
+// that loses it closes the client's connection, as with any command
+// pipelined there: the replies of those behind it are lost too.
+func (s *session) pipelineReserve(g int, tubes []string, line []byte) bool {
+	b, err := s.backend(g)
+	if err != nil {
+		return false
+	}
+	s.watchExactly(b, tubes)
+	if _, err := b.wr.Write(line); err != nil {
+		return false
+	}
+	s.pend = append(s.pend, pending{b: b, wait: true})
+	return len(s.pend) < window || s.settle()
 }
 
 // lostIf is the outcome of a command at b that failed with err (nil: it
@@ -268,6 +292,9 @@ func (s *session) waitAll(bs []*backend, line []byte) outcome {
 	if won {
 		return s.wonWait(bs, relay, win.i, win.w)
 	}
+	// The replies before the reserve's are the client's now, as on one
+	// server, where they go out before a reserve waits.
+	s.flush()
 	in, stop := s.watchInput()
 	for !won {
 		select {
@@ -359,6 +386,7 @@ func (s *session) wait(b *backend) ([]byte, outcome) {
 	if w, ok := awaitSoon(s, got); ok {
 		return w.reply, s.lostIf(b, w.err)
 	}
+	s.flush()
 	in, stop := s.watchInput()
 	for {
 		select {

@@ -39,7 +39,9 @@ type session struct {
 	// pend are the replies still to come, in the client's order: of
 	// commands sent to backends and not answered yet, or ones the router
 	// gave itself behind those.
-	pend    []pending
+	pend []pending
+	// more: the client sent more behind the command being run.
+	more    bool
 	scratch []byte
 	soon    *time.Timer // awaitSoon's
 }
@@ -53,6 +55,9 @@ type pending struct {
 	// with own, and the client does not see it.
 	own string
 	id  uint64 // the job the command names, for held
+	// wait: the command is a reserve, which may wait; its client is read
+	// meanwhile, as while any reserve waits (session.wait).
+	wait bool
 }
 
 // window bounds the commands a session has on their way to backends
@@ -185,6 +190,7 @@ func (s *session) runBuffered() bool {
 				}
 				continue
 			}
+			s.more = off < len(s.buf)
 			if !s.command(f.Status, &f.Cmd, s.buf[off-f.N:off]) {
 				return false
 			}
@@ -344,9 +350,18 @@ func (s *session) settle() bool {
 			s.out = append(s.out, p.reply...)
 			continue
 		}
-		rep, err := p.b.readReply()
-		if err != nil {
-			return false
+		var rep []byte
+		if p.wait && p.b.rd.Buffered() == 0 {
+			w, out := s.wait(p.b)
+			if out != answered {
+				return false
+			}
+			rep = w
+		} else {
+			var err error
+			if rep, err = p.b.readReply(); err != nil {
+				return false
+			}
 		}
 		if p.own != "" {
 			if !bytes.HasPrefix(rep, []byte(p.own)) {
