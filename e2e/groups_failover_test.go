@@ -215,3 +215,60 @@ func TestGroupsPipelinedReservesAreAnsweredInOrder(t *testing.T) {
 	mustSend(t, p, fmt.Sprintf("stats-job %d\r\n", id))
 	expectYAMLContains(t, p, "state: ready", "reserves: 0")
 }
+
+// A client of a node of many groups that sends nothing for a second is
+// parked: its session keeps what it knows (the tube it uses, the tubes it
+// watches) but no goroutine or read buffer, and it is served again as soon
+// as it sends, or ended as soon as it hangs up.
+func TestGroupsIdleClientsAreParkedAndServedWhenTheySend(t *testing.T) {
+	const groups, clients = 3, 40
+	tc := startGroupsCluster(t, 3, groups)
+	nd := tc.nodes[0]
+	parked := func() float64 {
+		m := metric(scrape(t, "http://"+nd.http), "beanpole_route_parked_clients", "")
+		if m == nil {
+			t.Fatal("/metrics has no beanpole_route_parked_clients")
+		}
+		return sampleValue(m)
+	}
+	base := parked()
+	cs := make([]*conn, clients)
+	tubes := make([]string, clients)
+	for i := range cs {
+		tubes[i] = tubeOfGroup(1+i%groups, groups, fmt.Sprintf("park%d-", i))
+		cs[i] = nd.srv.dial(t)
+		mustSend(t, cs[i], "use "+tubes[i]+"\r\nwatch "+tubes[i]+"\r\nignore default\r\n")
+		expect(t, cs[i], "USING "+tubes[i]+"\r\nWATCHING 2\r\nWATCHING 1\r\n")
+	}
+	waitFor(t, 60*time.Second, "the idle clients to be parked", func() bool { return parked() >= base+clients })
+	// Each parked client's session knows its tube; half send their next
+	// command in two parts, the first alone.
+	for i, c := range cs {
+		cmd := "put 0 0 60 2\r\nhi\r\nreserve-with-timeout 0\r\nlist-tube-used\r\n"
+		if i%2 == 0 {
+			mustSend(t, c, cmd[:5])
+			expectNothing(t, c, 20*time.Millisecond)
+			cmd = cmd[5:]
+		}
+		mustSend(t, c, cmd)
+		line := readLine(t, c)
+		id, err := strconv.ParseUint(strings.TrimPrefix(line, "INSERTED "), 10, 64)
+		if err != nil {
+			t.Fatalf("client %d: put: %q", i, line)
+		}
+		expect(t, c, fmt.Sprintf("RESERVED %d 2\r\nhi\r\nUSING %s\r\n", id, tubes[i]))
+		mustSend(t, c, fmt.Sprintf("delete %d\r\n", id))
+		expect(t, c, "DELETED\r\n")
+	}
+	// Parked again, then gone: their sessions end.
+	waitFor(t, 60*time.Second, "the clients to be parked again", func() bool { return parked() >= base+clients })
+	for _, c := range cs {
+		c.nc.Close()
+	}
+	waitFor(t, 60*time.Second, "the hung-up clients' sessions to end", func() bool { return parked() <= base })
+	c := nd.srv.dial(t)
+	waitFor(t, 60*time.Second, "the node to count only the client left", func() bool {
+		mustSend(t, c, "stats\r\n")
+		return strings.Contains(expectYAMLContains(t, c, "current-connections: "), "current-connections: 1\n")
+	})
+}

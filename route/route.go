@@ -67,6 +67,8 @@ type Router struct {
 	// open[g] are the sessions' backends of group g: when another node
 	// leads it, those to the one before are closed (refreshLeaders).
 	open []openBackends
+	// park holds the sessions of idle clients (nil: none parks).
+	park *parking
 	done chan struct{}
 	// waitCap bounds the input a session holds while a reserve waits, as
 	// one server bounds a waiting connection's: max(4 MiB, 2 × (-z + 256)).
@@ -83,6 +85,11 @@ func New(cfg Config) *Router {
 	r := &Router{cfg: cfg, conns: map[net.Conn]struct{}{}, leaders: make([]atomic.Pointer[string], cfg.Groups+1),
 		done: make(chan struct{}), waitCap: max(4<<20, 2*(int(cfg.MaxJobSize)+256))}
 	r.open = make([]openBackends, cfg.Groups+1)
+	if p, err := newParking(r); err == nil {
+		r.park = p
+	} else {
+		cfg.Log.Warn().Err(err).Msg("route: idle clients keep a goroutine each")
+	}
 	r.refreshLeaders()
 	go func() {
 		t := time.NewTicker(leaderRefresh)
@@ -226,11 +233,16 @@ func (r *Router) serve(ln net.Listener, conf func() *tls.Config) error {
 			return nil
 		}
 		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			defer r.untrack(c)
-			newSession(r, c).run()
-		}()
+		go r.serveSession(newSession(r, c))
+	}
+}
+
+// serveSession runs s on the goroutine it is called on, until its client
+// is gone or idle (parked); r.wg counted it.
+func (r *Router) serveSession(s *session) {
+	defer r.wg.Done()
+	if !s.run() {
+		s.end()
 	}
 }
 
@@ -260,6 +272,14 @@ func (r *Router) Connections() (current, total uint64) {
 	return uint64(len(r.conns)), r.total.Load()
 }
 
+// Parked is how many clients are idle and their sessions parked.
+func (r *Router) Parked() int {
+	if r.park == nil {
+		return 0
+	}
+	return r.park.count()
+}
+
 // Stop closes the listeners and every client's connection, and waits for
 // their sessions to end.
 func (r *Router) Stop() {
@@ -271,6 +291,11 @@ func (r *Router) Stop() {
 	for _, ln := range r.lns {
 		ln.Close()
 	}
+	r.mu.Unlock()
+	if r.park != nil {
+		r.park.end()
+	}
+	r.mu.Lock()
 	for c := range r.conns {
 		c.Close()
 	}

@@ -44,6 +44,11 @@ type session struct {
 	more    bool
 	scratch []byte
 	soon    *time.Timer // awaitSoon's
+	// fd is the client's socket, if the session may be parked (-1: not);
+	// deadline: a read deadline is set on the client's connection, to park
+	// the session.
+	fd       int
+	deadline bool
 }
 
 // pending is one reply still to come to a client.
@@ -65,39 +70,70 @@ type pending struct {
 const window = 64
 
 func newSession(r *Router, c net.Conn) *session {
-	return &session{r: r, c: c,
+	s := &session{r: r, c: c, fd: -1,
 		dec: codec.Decoder{MaxJobSize: r.cfg.MaxJobSize}, use: "default", watch: []string{"default"}, b: map[int]*backend{}}
+	if r.park != nil {
+		if fd, ok := descriptor(c); ok {
+			s.fd = fd
+		}
+	}
+	return s
 }
 
-// readChunk is the most a session reads at once: an idle client's
-// session holds one such buffer.
+// readChunk is the most a session reads at once: a session that waits for
+// its client holds one such buffer, until it is parked.
 const readChunk = 4 << 10
 
-// run serves the client until it quits, hangs up, or a backend fails.
-func (s *session) run() {
-	defer func() {
-		for _, b := range s.b {
-			s.drop(b)
-		}
-	}()
+// run serves the client until it quits, hangs up, or a backend fails
+// (false: end the session), or until it is idle and its session parked
+// (true).
+func (s *session) run() bool {
 	for {
 		if !s.runBuffered() || !s.flush() || s.ended {
-			return
+			return false
 		}
 		s.rest()
+		// A client with no command under way that sends nothing for
+		// parkAfter is parked.
+		idle := s.fd >= 0 && len(s.buf) == 0 && s.dec.Idle() && s.putTo == nil
+		if idle || s.deadline {
+			var at time.Time
+			if idle {
+				at = time.Now().Add(parkAfter)
+			}
+			_ = s.c.SetReadDeadline(at)
+			s.deadline = idle
+		}
 		s.buf = slices.Grow(s.buf, readChunk)
 		n, err := s.c.Read(s.buf[len(s.buf) : len(s.buf)+readChunk])
 		s.buf = s.buf[:len(s.buf)+n]
+		if idle && n == 0 && isTimeout(err) {
+			_ = s.c.SetReadDeadline(time.Time{})
+			s.deadline = false
+			s.buf, s.out, s.scratch = nil, nil, nil
+			if s.r.park.park(s, s.fd) {
+				return true
+			}
+			continue
+		}
 		for _, b := range s.b {
 			b.bufs()
 		}
 		if err != nil {
 			if n == 0 {
-				return
+				return false
 			}
 			s.ended = true // what came with the end is run first
 		}
 	}
+}
+
+// end closes the session's backends and its client's connection.
+func (s *session) end() {
+	for _, b := range s.b {
+		s.drop(b)
+	}
+	s.r.untrack(s.c)
 }
 
 // rest lets go of what the session holds for the commands it runs while
@@ -118,6 +154,10 @@ func (s *session) rest() {
 // session may hold (waitCap), as take does; once the client's input has
 // ended, the session has ended.
 func (s *session) watchInput() (in <-chan []byte, stop func() bool) {
+	if s.deadline {
+		_ = s.c.SetReadDeadline(time.Time{})
+		s.deadline = false
+	}
 	ch := make(chan []byte, 1)
 	var readErr error
 	go func() {

@@ -221,18 +221,21 @@ var (
 		"The highest raft index known committed in a data group this node hosts.", []string{"group"}, nil)
 	descGroupApplied = prometheus.NewDesc("beanpole_cluster_group_applied_index",
 		"The highest raft index applied to this node's state of a data group it hosts.", []string{"group"}, nil)
+	descParked = prometheus.NewDesc("beanpole_route_parked_clients",
+		"Client connections of this node that were idle long enough to be parked: their sessions hold no goroutine and no read buffer until the client sends again.", nil, nil)
 )
 
 // Describe is prometheus.Collector's.
 func (gs *groupStats) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descGroupLeader, descGroupTerm, descGroupCommit, descGroupApplied} {
+	for _, d := range []*prometheus.Desc{descGroupLeader, descGroupTerm, descGroupCommit, descGroupApplied, descParked} {
 		ch <- d
 	}
 }
 
 // Collect is prometheus.Collector's: which data groups this node leads,
-// and the raft figures of those it hosts.
+// the raft figures of those it hosts, and the router's parked clients.
 func (gs *groupStats) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descParked, prometheus.GaugeValue, float64(gs.rt.Parked()))
 	led := *gs.led.Load()
 	for g := 1; g <= gs.n; g++ {
 		label := strconv.Itoa(g)
