@@ -35,6 +35,9 @@ type backend struct {
 	// probe: the session waited for its client since b last ran a
 	// command, so b's leader may have closed it meanwhile (alive).
 	probe bool
+	// fd is b's socket (-1: unknown), which the parking watches while a
+	// reserve waits at b (waitReady).
+	fd int
 }
 
 // The internal commands: cancelWait ends a reserve that waits (answered
@@ -93,7 +96,10 @@ func (s *session) backend(g int) (*backend, error) {
 		// going, and the router has not heard of the next yet.
 		if addr := s.r.leader(g); addr != "" && addr != s.gone[g] {
 			if c, err := s.r.cfg.Dial(addr); err == nil {
-				b := &backend{g: g, addr: addr, c: c, use: "default", watch: []string{"default"}, held: map[uint64]struct{}{}}
+				b := &backend{g: g, addr: addr, c: c, use: "default", watch: []string{"default"}, held: map[uint64]struct{}{}, fd: -1}
+				if fd, ok := descriptor(socket(c)); ok {
+					b.fd = fd
+				}
 				b.bufs()
 				s.b[g] = b
 				s.r.open[g].add(b)
@@ -132,11 +138,7 @@ func (b *backend) alive() bool {
 	if b.rd != nil && b.rd.Buffered() > 0 {
 		return true
 	}
-	c := b.c
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
-	}
-	sc, ok := c.(syscall.Conn)
+	sc, ok := socket(b.c).(syscall.Conn)
 	if !ok {
 		return true
 	}
@@ -176,10 +178,24 @@ func (b *backend) bufs() {
 	}
 }
 
+// socket is the connection under c's TLS, if it has TLS.
+func socket(c net.Conn) net.Conn {
+	if tc, ok := c.(*tls.Conn); ok {
+		return tc.NetConn()
+	}
+	return c
+}
+
 // rest lends b's buffers back while nothing is in them, and lets a large
 // reply's buffer go: the session waits for its client.
 func (b *backend) rest() {
 	b.probe = true
+	b.lend()
+}
+
+// lend lends b's buffers back while nothing is in them, and lets a large
+// reply's buffer go.
+func (b *backend) lend() {
 	if b.rd != nil && b.rd.Buffered() == 0 && b.wr.Buffered() == 0 {
 		b.rd.Reset(nil)
 		b.wr.Reset(nil)
@@ -241,14 +257,21 @@ func (b *backend) expect(want string, parts ...[]byte) error {
 }
 
 // endWait settles a reserve that was sent and whose reply got (it is read
-// elsewhere, then delivered on got) is no longer wanted: the cancel ends
-// it if it still waits. It returns the reserve's reply: TIMED_OUT if the
-// cancel ended it, else what it answered before the cancel came.
+// elsewhere, then delivered on got; nil: b reads it) is no longer wanted:
+// the cancel ends it if it still waits. It returns the reserve's reply:
+// TIMED_OUT if the cancel ended it, else what it answered before the
+// cancel came.
 func (b *backend) endWait(got <-chan waited) ([]byte, error) {
 	if err := b.send(cancelWait, syncLine); err != nil {
 		return nil, err
 	}
-	w := <-got
+	var w waited
+	if got != nil {
+		w = <-got
+	} else {
+		rep, err := b.readReply()
+		w = waited{reply: bytes.Clone(rep), err: err}
+	}
 	if w.err != nil {
 		return nil, w.err
 	}
@@ -265,6 +288,18 @@ func (b *backend) endWait(got <-chan waited) ([]byte, error) {
 		return nil, fmt.Errorf("route: group %d answered %q to a cancelled wait", b.g, bytes.TrimSpace(rep))
 	}
 	return w.reply, nil
+}
+
+// replySoon reports whether a reply comes from b within watchAfter (or
+// its connection fails): its first byte is peeked at, with a deadline.
+func (b *backend) replySoon() bool {
+	if b.rd.Buffered() > 0 {
+		return true
+	}
+	_ = b.c.SetReadDeadline(time.Now().Add(watchAfter))
+	_, err := b.rd.Peek(1)
+	_ = b.c.SetReadDeadline(time.Time{})
+	return err == nil || !isTimeout(err)
 }
 
 // waited is the reply of a reserve that may wait, read on its own

@@ -266,8 +266,51 @@ func (s *session) reserveOnce(cmd *codec.Command, line []byte) outcome {
 
 // waitAll has every backend wait with the reserve line; the first answer
 // is the client's, and the others' waits are cancelled (a job one of them
-// offered meanwhile is put back).
+// offered meanwhile is put back). While they wait, the session holds no
+// goroutine but its own and no buffer (waitReady), where it can.
 func (s *session) waitAll(bs []*backend, line []byte) outcome {
+	if !s.waitsParked(bs) {
+		return s.waitAllGo(bs, line)
+	}
+	for i, b := range bs {
+		if err := b.send(line); err != nil {
+			_ = s.withdrawAll(bs[:i], nil, -1)
+			return s.lostIf(b, err)
+		}
+	}
+	s.flush()
+	for {
+		for _, b := range bs {
+			b.lend()
+		}
+		i, ok := s.waitReady(bs)
+		if !ok {
+			return broken
+		}
+		for _, b := range bs {
+			b.bufs()
+		}
+		if i >= 0 {
+			rep, err := bs[i].readReply()
+			return s.wonWait(bs, nil, i, waited{reply: bytes.Clone(rep), err: err})
+		}
+		if !s.readWaiting() {
+			return broken
+		}
+		if s.ended {
+			// The client hung up: no job for it, as on one server.
+			if !s.withdrawAll(bs, nil, -1) {
+				return broken
+			}
+			s.out = append(s.out, codec.RepTimedOut...)
+			return answered
+		}
+	}
+}
+
+// waitAllGo is waitAll with a goroutine reading each backend, and one
+// reading the client once the wait takes watchAfter.
+func (s *session) waitAllGo(bs []*backend, line []byte) outcome {
 	type answer struct {
 		i int
 		w waited
@@ -324,10 +367,13 @@ func (s *session) waitAll(bs []*backend, line []byte) outcome {
 }
 
 // wonWait gives the client the answer of bs[i], the first of the waits to
-// answer, and ends the others' waits. An answer that is bs[i]'s loss (its
-// leader closed it) ends them too, and the reserve is lost.
+// answer, and ends the others' waits (each delivered on its relay; nil:
+// read by the backend itself). An answer that is bs[i]'s loss (its leader
+// closed it) ends them too, and the reserve is lost.
 func (s *session) wonWait(bs []*backend, relay []chan waited, i int, w waited) outcome {
-	<-relay[i]
+	if relay != nil {
+		<-relay[i]
+	}
 	if !s.withdrawAll(bs, relay, i) {
 		return broken
 	}
@@ -340,14 +386,19 @@ func (s *session) wonWait(bs []*backend, relay []chan waited, i int, w waited) o
 }
 
 // withdrawAll ends the waits of bs but bs[except]'s, each delivered on its
-// relay; false if that failed at a backend that held a reservation of the
-// session's. One whose leader closed it is dropped: its wait ended with it.
+// relay (nil: read by the backend itself); false if that failed at a
+// backend that held a reservation of the session's. One whose leader
+// closed it is dropped: its wait ended with it.
 func (s *session) withdrawAll(bs []*backend, relay []chan waited, except int) bool {
 	for k, b := range bs {
 		if k == except {
 			continue
 		}
-		if _, err := b.withdraw(relay[k]); err != nil {
+		var got <-chan waited
+		if relay != nil {
+			got = relay[k]
+		}
+		if _, err := b.withdraw(got); err != nil {
 			if len(b.held) > 0 {
 				return false
 			}
@@ -380,8 +431,112 @@ func awaitSoon[T any](s *session, got <-chan T) (T, bool) {
 }
 
 // wait is the reply of a reserve sent to b. A client that hangs up
-// meanwhile has the wait cancelled, as one server cancels it.
+// meanwhile has the wait cancelled, as one server cancels it. A reply
+// that takes watchAfter is waited for with no goroutine but the session's
+// and no buffer (waitReady), where the session can.
 func (s *session) wait(b *backend) ([]byte, outcome) {
+	bs := []*backend{b}
+	if !s.waitsParked(bs) {
+		return s.waitGo(b)
+	}
+	if b.replySoon() {
+		rep, err := b.readReply()
+		return rep, s.lostIf(b, err)
+	}
+	s.flush()
+	for {
+		b.lend()
+		i, ok := s.waitReady(bs)
+		if !ok {
+			return nil, broken
+		}
+		b.bufs()
+		if i == 0 {
+			rep, err := b.readReply()
+			return rep, s.lostIf(b, err)
+		}
+		if !s.readWaiting() {
+			return nil, broken
+		}
+		if s.ended {
+			rep, err := b.withdraw(nil)
+			if err != nil {
+				return nil, broken
+			}
+			return rep, answered
+		}
+	}
+}
+
+// waitsParked reports whether the session can wait for bs with no
+// goroutine reading (waitReady): its client is plaintext, the router
+// parks, and bs's sockets are known.
+func (s *session) waitsParked(bs []*backend) bool {
+	if s.fd < 0 || s.r.park == nil {
+		return false
+	}
+	for _, b := range bs {
+		if b.fd < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// waitReady waits until the client or one of bs has input (or hangs up),
+// with no goroutine reading either: the parking's epoll set wakes it. It
+// reports which: -1 for the client, i for bs[i]; false if the router
+// stops.
+func (s *session) waitReady(bs []*backend) (int, bool) {
+	for i, b := range bs {
+		if b.rd != nil && b.rd.Buffered() > 0 {
+			return i, true // read already: no socket shows it
+		}
+	}
+	if s.wake == nil {
+		s.wake = make(chan int, s.r.cfg.Groups+2) // a socket each, and stopping
+	}
+	s.fds = append(s.fds[:0], s.fd)
+	for _, b := range bs {
+		s.fds = append(s.fds, b.fd)
+	}
+	if !s.r.park.watch(s, s.fds, s.wake) {
+		return 0, false
+	}
+	i := <-s.wake
+	s.r.park.unwatch(s.fds)
+	for len(s.wake) > 0 {
+		// Another socket woke too: still readable, it wakes the next
+		// wait at once.
+		<-s.wake
+	}
+	if i == stopping {
+		return 0, false
+	}
+	return i - 1, true
+}
+
+// readWaiting reads what the client sent while its reserve waits (it has
+// some, or hung up: waitReady said so). A session holds at most waitCap of
+// input, as one server holds of a connection whose reserve waits: past
+// it, readWaiting reports false and the client's connection is closed.
+func (s *session) readWaiting() bool {
+	if s.deadline {
+		_ = s.c.SetReadDeadline(time.Time{})
+		s.deadline = false
+	}
+	s.buf = slices.Grow(s.buf, readChunk)
+	n, err := s.c.Read(s.buf[len(s.buf) : len(s.buf)+readChunk])
+	s.buf = s.buf[:len(s.buf)+n]
+	if err != nil {
+		s.ended = true
+	}
+	return len(s.buf) <= s.r.waitCap
+}
+
+// waitGo is wait with a goroutine reading b, and one reading the client
+// once the wait takes watchAfter.
+func (s *session) waitGo(b *backend) ([]byte, outcome) {
 	got := b.await()
 	if w, ok := awaitSoon(s, got); ok {
 		return w.reply, s.lostIf(b, w.err)

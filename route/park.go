@@ -13,23 +13,38 @@ import (
 const parkAfter = time.Second
 
 // parking holds the sessions of idle clients without a goroutine or a
-// read buffer each: an idle client then costs what its session knows
-// (the tube it uses, the tubes it watches, its backends), about what one
-// server's idle connection costs. One goroutine waits on an epoll set of
-// the parked clients' sockets. Each is added when its session parks,
-// level-triggered and once (EPOLLONESHOT), so input that came before it was
-// added wakes it at once, and removed when it wakes: its session then runs
-// on a goroutine of its own again, until its client is idle once more.
-// TLS clients are never parked: crypto/tls may hold input that their
-// socket no longer shows.
+// read buffer each: an idle client then costs what its session knows (the
+// tube it uses, the tubes it watches, its backends). It also wakes the
+// sessions whose reserves wait (waitReady), which hold no goroutine but
+// their own and no buffer meanwhile. One goroutine waits on an epoll set of
+// those clients' sockets and of the backends' the reserves wait at. Each
+// is added level-triggered and once (EPOLLONESHOT), so input that came
+// before it was added wakes it at once, and removed when it wakes: a
+// parked session then runs on a goroutine of its own again, until its
+// client is idle once more. TLS clients are neither parked nor wait this
+// way: crypto/tls may hold input that their socket no longer shows.
 type parking struct {
 	r    *Router
 	epfd int
 	mu   sync.Mutex
-	// parked are the parked sessions by their client's descriptor; nil
+	// in are the sockets in the epoll set, each with what it wakes; nil
 	// once the router stopped.
-	parked map[int32]*session
+	in map[int32]watched
+	// parked is how many entries of in are parked sessions.
+	parked int
 }
+
+// watched is what a socket in the epoll set wakes: a parked session
+// (wake nil), or a session whose reserve waits (waitReady), told on wake
+// which of its sockets has input: i, -1 for its client's.
+type watched struct {
+	s    *session
+	wake chan int
+	i    int
+}
+
+// stopping is what a waiting session is told when the router stops.
+const stopping = -2
 
 // newParking starts the parking of r's sessions, or reports why it
 // cannot (then no session parks).
@@ -38,9 +53,27 @@ func newParking(r *Router) (*parking, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &parking{r: r, epfd: epfd, parked: map[int32]*session{}}
+	p := &parking{r: r, epfd: epfd, in: map[int32]watched{}}
 	go p.run()
 	return p, nil
+}
+
+// add puts fd in the epoll set, to wake w; p.mu is held.
+func (p *parking) add(fd int, w watched) bool {
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: int32(fd)}
+	if syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, fd, &ev) != nil {
+		return false
+	}
+	p.in[int32(fd)] = w
+	return true
+}
+
+// remove takes fd out of the epoll set if it is in; p.mu is held.
+func (p *parking) remove(fd int32) {
+	if _, ok := p.in[fd]; ok {
+		delete(p.in, fd)
+		_ = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, int(fd), nil)
+	}
 }
 
 // park parks s, whose client's socket is fd; false if it cannot (the
@@ -48,19 +81,46 @@ func newParking(r *Router) (*parking, error) {
 func (p *parking) park(s *session, fd int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.parked == nil {
+	if p.in == nil || !p.add(fd, watched{s: s}) {
 		return false
 	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: int32(fd)}
-	if syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, fd, &ev) != nil {
-		return false
-	}
-	p.parked[int32(fd)] = s
+	p.parked++
 	return true
 }
 
-// run wakes the sessions whose clients sent something (or hung up), until
-// the router stops; it looks at least every parkPoll whether it has.
+// watch has wake told when one of fds has input (or hangs up): its index
+// in fds. False if it cannot (the router stopped).
+func (p *parking) watch(s *session, fds []int, wake chan int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.in == nil {
+		return false
+	}
+	for i, fd := range fds {
+		if !p.add(fd, watched{s: s, wake: wake, i: i}) {
+			for _, f := range fds[:i] {
+				p.remove(int32(f))
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// unwatch takes those of fds still in the epoll set out of it.
+func (p *parking) unwatch(fds []int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.in != nil {
+		for _, fd := range fds {
+			p.remove(int32(fd))
+		}
+	}
+}
+
+// run wakes the sessions whose clients or backends sent something (or
+// hung up), until the router stops; it looks at least every parkPoll
+// whether it has.
 func (p *parking) run() {
 	defer syscall.Close(p.epfd)
 	evs := make([]syscall.EpollEvent, 128)
@@ -72,19 +132,23 @@ func (p *parking) run() {
 			return
 		}
 		p.mu.Lock()
-		if p.parked == nil {
+		if p.in == nil {
 			p.mu.Unlock()
 			return
 		}
 		for _, ev := range evs[:max(n, 0)] {
-			s := p.parked[ev.Fd]
-			if s == nil {
+			w, ok := p.in[ev.Fd]
+			if !ok {
 				continue
 			}
-			delete(p.parked, ev.Fd)
-			_ = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, int(ev.Fd), nil)
+			p.remove(ev.Fd)
+			if w.wake != nil {
+				w.wake <- w.i // room for each socket, and stopping
+				continue
+			}
+			p.parked--
 			p.r.wg.Add(1)
-			go p.r.serveSession(s)
+			go p.r.serveSession(w.s)
 		}
 		p.mu.Unlock()
 	}
@@ -98,14 +162,25 @@ const parkPoll = 500 * time.Millisecond
 func (p *parking) count() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.parked)
+	return p.parked
 }
 
-// end stops parking, and ends every parked session: the router stops.
+// end stops parking: the waits are told so, and the parked sessions end.
 func (p *parking) end() {
 	p.mu.Lock()
-	parked := p.parked
-	p.parked = nil
+	in := p.in
+	p.in = nil
+	told := map[chan int]bool{}
+	var parked []*session
+	for _, w := range in {
+		switch {
+		case w.wake == nil:
+			parked = append(parked, w.s)
+		case !told[w.wake]:
+			told[w.wake] = true
+			w.wake <- stopping
+		}
+	}
 	p.mu.Unlock()
 	for _, s := range parked {
 		s.end()

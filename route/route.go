@@ -154,12 +154,16 @@ func (o *openBackends) leave(addr string) {
 	}
 	o.mu.Unlock()
 	for _, c := range stale {
-		// The socket itself: a TLS close would first send an alert,
-		// which a stopped node may never take.
-		if tc, ok := c.(*tls.Conn); ok {
-			c = tc.NetConn()
+		// The socket itself, shut down rather than closed: its session
+		// reads its end (a socket closed under a wait parked on it would
+		// never wake it), then closes it. A TLS close would first send
+		// an alert, which a stopped node may never take.
+		if tc, ok := socket(c).(*net.TCPConn); ok {
+			_ = tc.CloseRead()
+			_ = tc.CloseWrite()
+		} else {
+			c.Close()
 		}
-		c.Close()
 	}
 }
 

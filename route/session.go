@@ -49,6 +49,9 @@ type session struct {
 	// the session.
 	fd       int
 	deadline bool
+	// wake and fds are waitReady's.
+	wake chan int
+	fds  []int
 }
 
 // pending is one reply still to come to a client.
