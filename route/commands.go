@@ -53,12 +53,31 @@ const (
 	// session is ready again at the next (docs/cluster.md), so the reserve
 	// runs again, at the group's next leader, unseen by the client.
 	lost
+	// suspended: the reserve waits, and its session lets its goroutine go
+	// until a socket it waits on has input (suspend, resume).
+	suspended
+	// fresh: the reserve is yet to be tried (reserveOn).
+	fresh
 )
 
 // maxQuickLosses bounds how often in a row a reserve is lost within a
 // second of being sent before its client's connection is closed: leaders
 // that keep closing what they are sent are not failing over.
 const maxQuickLosses = 20
+
+// reserving is a reserve under way: what it needs to go on after a loss,
+// or once its session resumes it.
+type reserving struct {
+	on       bool // suspended: the session resumes it before anything else
+	c        codec.Command
+	line     []byte // the line sent, in lineBuf
+	lineBuf  [40]byte
+	deadline time.Time // reserve-with-timeout's
+	quick    int       // losses in a row, each within a second of its try
+	tried    time.Time // when the last try began
+	bs       []*backend
+	woke     int // which socket woke it: -1 the client's, i bs[i]'s
+}
 
 // reserve runs a reserve or reserve-with-timeout, again at a group's next
 // leader if the one it waited at is lost (lost), with what is left of its
@@ -72,30 +91,113 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 	if !s.settle() {
 		return false
 	}
-	c := *cmd
-	deadline := time.Now().Add(time.Duration(c.Timeout) * time.Second)
-	for quick := 0; ; {
-		sent := time.Now()
-		switch s.reserveOnce(&c, line) {
+	r := &s.rsv
+	r.c, r.quick = *cmd, 0
+	r.deadline = time.Now().Add(time.Duration(r.c.Timeout) * time.Second)
+	r.line = append(r.lineBuf[:0], "reserve\r\n"...)
+	if r.c.Op == codec.OpReserveWithTimeout {
+		r.setTimeout(r.c.Timeout)
+	}
+	return s.reserveOn(fresh)
+}
+
+// setTimeout has the reserve-with-timeout wait secs.
+func (r *reserving) setTimeout(secs uint32) {
+	r.c.Timeout = secs
+	r.line = strconv.AppendUint(append(r.lineBuf[:0], "reserve-with-timeout "...), uint64(secs), 10)
+	r.line = append(r.line, "\r\n"...)
+}
+
+// reserveOn goes on with the reserve in s.rsv, whose last try ended as out
+// (fresh: none yet), trying again after each loss, until it is answered,
+// fails (false), or is suspended.
+func (s *session) reserveOn(out outcome) bool {
+	r := &s.rsv
+	for {
+		switch out {
 		case answered:
 			return true
 		case broken:
 			return false
+		case suspended:
+			r.on = true
+			return true
+		case lost:
+			if r.quick++; time.Since(r.tried) >= time.Second {
+				r.quick = 0
+			}
+			if r.quick > maxQuickLosses {
+				return false
+			}
+			if r.c.Op == codec.OpReserveWithTimeout {
+				// Whole seconds, rounded up: a job ready at the next
+				// leader is still taken once the time is up (a timeout of
+				// 0).
+				r.setTimeout(uint32(max(0, (time.Until(r.deadline)+time.Second-1)/time.Second)))
+			}
 		}
-		if quick++; time.Since(sent) >= time.Second {
-			quick = 0
-		}
-		if quick > maxQuickLosses {
-			return false
-		}
-		if c.Op == codec.OpReserveWithTimeout {
-			// Whole seconds, rounded up: a job ready at the next leader is
-			// still taken once the time is up (a timeout of 0).
-			c.Timeout = uint32(max(0, (time.Until(deadline)+time.Second-1)/time.Second))
-			line = strconv.AppendUint([]byte("reserve-with-timeout "), uint64(c.Timeout), 10)
-			line = append(line, "\r\n"...)
+		r.tried = time.Now()
+		s.suspends = true
+		out = s.reserveOnce(&r.c, r.line)
+		s.suspends = false
+	}
+}
+
+// buffered is the first backend the reserve waits at whose reply the
+// session read already (no socket shows it), or -1.
+func (r *reserving) buffered() int {
+	for i, b := range r.bs {
+		if b.rd != nil && b.rd.Buffered() > 0 {
+			return i
 		}
 	}
+	return -1
+}
+
+// suspend lets the session's goroutine go while its reserve waits: the
+// parking wakes it (a goroutine of its own again, resume) when its client
+// or a group it waits at has input. The session keeps no buffer but what
+// its client sent behind the reserve. False if the router stops.
+func (s *session) suspend() bool {
+	s.rest()
+	if len(s.buf) == 0 {
+		s.buf = nil
+	}
+	s.scratch = nil
+	s.fds = append(s.fds[:0], s.fd)
+	for _, b := range s.rsv.bs {
+		s.fds = append(s.fds, b.fd)
+	}
+	return s.r.park.suspend(s, s.fds)
+}
+
+// resume goes on with the reserve suspended (s.rsv) once a socket it waits
+// on has input (s.rsv.woke): false ends the session.
+func (s *session) resume() bool {
+	r := &s.rsv
+	r.on = false
+	bs := r.bs
+	for _, b := range bs {
+		b.bufs()
+	}
+	var out outcome
+	switch {
+	case r.woke >= 0:
+		rep, err := bs[r.woke].readReply()
+		out = s.wonWait(bs, nil, r.woke, waited{reply: rep, err: err})
+	case !s.readWaiting():
+		return false
+	case !s.ended:
+		r.on = true // input behind the reserve, held until it is answered
+		return true
+	case !s.withdrawAll(bs, nil, -1):
+		return false
+	default:
+		// The client hung up: no job for it, as on one server.
+		s.out = append(s.out, codec.RepTimedOut...)
+		return true
+	}
+	return s.reserveOn(out)
 }
 
 // pipelineReserve sends a reserve at group g, whose tubes are all the
@@ -278,6 +380,10 @@ func (s *session) waitAll(bs []*backend, line []byte) outcome {
 			return s.lostIf(b, err)
 		}
 	}
+	if s.suspends {
+		s.rsv.bs = append(s.rsv.bs[:0], bs...)
+		return suspended
+	}
 	s.flush()
 	for {
 		for _, b := range bs {
@@ -442,6 +548,10 @@ func (s *session) wait(b *backend) ([]byte, outcome) {
 	if b.replySoon() {
 		rep, err := b.readReply()
 		return rep, s.lostIf(b, err)
+	}
+	if s.suspends {
+		s.rsv.bs = append(s.rsv.bs[:0], b)
+		return nil, suspended
 	}
 	s.flush()
 	for {

@@ -30,7 +30,7 @@ type parking struct {
 	// in are the sockets in the epoll set, each with what it wakes; nil
 	// once the router stopped.
 	in map[int32]watched
-	// parked is how many entries of in are parked sessions.
+	// parked is how many sessions in has parked or suspended.
 	parked int
 }
 
@@ -41,6 +41,9 @@ type watched struct {
 	s    *session
 	wake chan int
 	i    int
+	// susp: the session's reserve is suspended (suspend): woken, it runs
+	// on a goroutine of its own again, its other sockets taken out.
+	susp bool
 }
 
 // stopping is what a waiting session is told when the router stops.
@@ -93,11 +96,31 @@ func (p *parking) park(s *session, fd int) bool {
 func (p *parking) watch(s *session, fds []int, wake chan int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.addAll(fds, watched{s: s, wake: wake})
+}
+
+// suspend has s run on a goroutine of its own again (resume) when one of
+// fds (its client's socket first) has input, with s.rsv.woke saying which;
+// false if it cannot (the router stopped).
+func (p *parking) suspend(s *session, fds []int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.addAll(fds, watched{s: s, susp: true}) {
+		return false
+	}
+	p.parked++
+	return true
+}
+
+// addAll puts every one of fds in the epoll set, the ith to wake w with i,
+// or none; p.mu is held.
+func (p *parking) addAll(fds []int, w watched) bool {
 	if p.in == nil {
 		return false
 	}
 	for i, fd := range fds {
-		if !p.add(fd, watched{s: s, wake: wake, i: i}) {
+		w.i = i
+		if !p.add(fd, w) {
 			for _, f := range fds[:i] {
 				p.remove(int32(f))
 			}
@@ -146,6 +169,12 @@ func (p *parking) run() {
 				w.wake <- w.i // room for each socket, and stopping
 				continue
 			}
+			if w.susp {
+				for _, fd := range w.s.fds {
+					p.remove(int32(fd))
+				}
+				w.s.rsv.woke = w.i - 1
+			}
 			p.parked--
 			p.r.wg.Add(1)
 			go p.r.serveSession(w.s)
@@ -158,7 +187,7 @@ func (p *parking) run() {
 // stopped.
 const parkPoll = 500 * time.Millisecond
 
-// count is how many sessions are parked.
+// count is how many sessions are parked or suspended.
 func (p *parking) count() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -171,18 +200,18 @@ func (p *parking) end() {
 	in := p.in
 	p.in = nil
 	told := map[chan int]bool{}
-	var parked []*session
+	parked := map[*session]bool{}
 	for _, w := range in {
 		switch {
 		case w.wake == nil:
-			parked = append(parked, w.s)
+			parked[w.s] = true
 		case !told[w.wake]:
 			told[w.wake] = true
 			w.wake <- stopping
 		}
 	}
 	p.mu.Unlock()
-	for _, s := range parked {
+	for s := range parked {
 		s.end()
 	}
 }

@@ -276,7 +276,8 @@ func (r *Router) Connections() (current, total uint64) {
 	return uint64(len(r.conns)), r.total.Load()
 }
 
-// Parked is how many clients are idle and their sessions parked.
+// Parked is how many clients' sessions are parked (idle) or have their
+// reserve suspended: they hold no goroutine.
 func (r *Router) Parked() int {
 	if r.park == nil {
 		return 0

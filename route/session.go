@@ -49,9 +49,13 @@ type session struct {
 	// the session.
 	fd       int
 	deadline bool
-	// wake and fds are waitReady's.
+	// wake and fds are waitReady's and suspend's.
 	wake chan int
 	fds  []int
+	// rsv is the reserve under way; suspends: it may be suspended (a
+	// reserve the client sent last, not one pipelined behind others).
+	rsv      reserving
+	suspends bool
 }
 
 // pending is one reply still to come to a client.
@@ -91,9 +95,29 @@ const readChunk = 4 << 10
 // (false: end the session), or until it is idle and its session parked
 // (true).
 func (s *session) run() bool {
+	if s.rsv.on && !s.resume() { // woken
+		return false
+	}
 	for {
+		if s.rsv.on {
+			// The replies before the reserve go out, as on one server.
+			if !s.flush() {
+				return false
+			}
+			if i := s.rsv.buffered(); i >= 0 {
+				s.rsv.woke = i
+				if !s.resume() {
+					return false
+				}
+				continue
+			}
+			return s.suspend()
+		}
 		if !s.runBuffered() || !s.flush() || s.ended {
 			return false
+		}
+		if s.rsv.on {
+			continue
 		}
 		s.rest()
 		// A client with no command under way that sends nothing for
@@ -236,6 +260,9 @@ func (s *session) runBuffered() bool {
 			s.more = off < len(s.buf)
 			if !s.command(f.Status, &f.Cmd, s.buf[off-f.N:off]) {
 				return false
+			}
+			if s.rsv.on {
+				return true // the reserve waits: what follows it waits too
 			}
 		case codec.BodyPart:
 			if _, err := s.putTo.wr.Write(f.Body); err != nil {
@@ -395,7 +422,12 @@ func (s *session) settle() bool {
 		}
 		var rep []byte
 		if p.wait && p.b.rd.Buffered() == 0 {
+			// A reserve pipelined behind others waits here, within them:
+			// its session keeps its goroutine.
+			suspends := s.suspends
+			s.suspends = false
 			w, out := s.wait(p.b)
+			s.suspends = suspends
 			if out != answered {
 				return false
 			}

@@ -222,7 +222,7 @@ var (
 	descGroupApplied = prometheus.NewDesc("beanpole_cluster_group_applied_index",
 		"The highest raft index applied to this node's state of a data group it hosts.", []string{"group"}, nil)
 	descParked = prometheus.NewDesc("beanpole_route_parked_clients",
-		"Client connections of this node that were idle long enough to be parked: their sessions hold no goroutine and no read buffer until the client sends again.", nil, nil)
+		"Client connections of this node whose sessions hold no goroutine and no read buffer: those idle long enough to be parked, and those whose reserve waits, until the client or a group they wait at sends.", nil, nil)
 )
 
 // Describe is prometheus.Collector's.
