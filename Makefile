@@ -162,10 +162,11 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=5m ./codec
 
 # beanpole against C beanstalkd, side by side (see bench/README.md); the run
-# also writes docs/performance.md. The cluster group's capacity rows (three
-# nodes with --groups 3 against three of one group) are meant to run with
-# every node confined to a machine's share of CPU, as root:
-#   make bench BENCHARGS="-only cluster-groups3-c50,cluster-groups3-pipeline-c9 -node-cpu 0.5"
+# also writes docs/performance.md. The cluster group's capacity rows (many
+# groups against one) run with every node confined to 0.2 CPU, a cgroup
+# each (as root; -capacity-cpu sets the share, -node-cpu confines every
+# row). Those rows alone (the page then holds only them):
+#   make bench BENCHARGS="-only cluster-groups3-c50,cluster-groups3-pipeline-c9,cluster6-groups6-r3-c50,cluster6-groups6-r3-pipeline-c36"
 bench:
 	@command -v beanstalkd >/dev/null && command -v stunnel4 >/dev/null || (apt-get update && apt-get install -y beanstalkd stunnel4)
 	mkdir -p bin bench/results

@@ -541,12 +541,12 @@ func TestDocPageHasTheRunsTableCommandAndChart(t *testing.T) {
 	dir := t.TempDir()
 	page, err := renderDoc(filepath.Join(dir, "docs", "performance.md"), filepath.Join(dir, "bench", "results"),
 		"beanpole vs beanstalkd\nscenario  unit\ntarget MET\n",
-		[]string{"-beanpole", "/x/bin/beanpole", "-beanstalkd=/usr/bin/beanstalkd", "-out", "results", "-reps", "3", "-doc", "../docs/performance.md"})
+		[]string{"-beanpole", "/x/bin/beanpole", "-beanstalkd=/usr/bin/beanstalkd", "-out", "results", "-reps", "3", "-doc", "../docs/performance.md"}, 0.2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"make bench BENCHARGS=\"-reps 3\"", "scenario  unit\ntarget MET\n```",
-		"](../bench/results/chart.png)", "## The targets out of reach"} {
+		"](../bench/results/chart.png)", "## The targets out of reach", "limited to\n0.2 of a core"} {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("the page has no %q", want)
 		}

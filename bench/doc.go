@@ -17,19 +17,23 @@ type docPage struct {
 	Command string // how the run was started, with the machine's own paths left out
 	Table   string // results.txt: the header, the table and the targets
 	Chart   string // chart.png, relative to the page
+	// CapacityCPU, when above 0, is the cores each node of the capacity
+	// rows ran confined to.
+	CapacityCPU float64
 }
 
 // writeDoc writes the run's page at path: the table and targets of this
-// run, the command that made it, and the chart in outDir.
-func writeDoc(path, outDir, table string, args []string) error {
-	page, err := renderDoc(path, outDir, table, args)
+// run, the command that made it, the chart in outDir, and the CPU quota of
+// each node of the capacity rows (0: they were not confined).
+func writeDoc(path, outDir, table string, args []string, capacityCPU float64) error {
+	page, err := renderDoc(path, outDir, table, args, capacityCPU)
 	if err != nil {
 		return err
 	}
 	return writeFileAtomic(path, page)
 }
 
-func renderDoc(path, outDir, table string, args []string) ([]byte, error) {
+func renderDoc(path, outDir, table string, args []string, capacityCPU float64) ([]byte, error) {
 	absDoc, err := filepath.Abs(filepath.Dir(path))
 	if err != nil {
 		return nil, err
@@ -47,7 +51,7 @@ func renderDoc(path, outDir, table string, args []string) ([]byte, error) {
 		return nil, err
 	}
 	var b bytes.Buffer
-	err = tmpl.Execute(&b, docPage{Command: command(args), Table: strings.TrimRight(table, "\n"), Chart: filepath.ToSlash(chart)})
+	err = tmpl.Execute(&b, docPage{Command: command(args), Table: strings.TrimRight(table, "\n"), Chart: filepath.ToSlash(chart), CapacityCPU: capacityCPU})
 	return b.Bytes(), err
 }
 

@@ -56,7 +56,8 @@ func realMain() int {
 		list       = flag.Bool("list", false, "list the scenario variants and exit")
 		pin        = flag.Bool("pin", false, "run every scenario pinned: the client on CPU 0, servers on CPU 1")
 		pinned     = flag.String("pinned", defaultPinned, "also run these scenarios pinned (as -only; empty: none), for the per-core targets")
-		nodeCPU    = flag.Float64("node-cpu", 0, "confine each server process (a contender, each cluster node) to this many cores, in a CPU cgroup of its own, as if each ran on a machine of that size (needs root; 0: no limit)")
+		nodeCPU    = flag.Float64("node-cpu", 0, "confine each server process (a contender, each cluster node) to this many cores, in a CPU cgroup of its own, as if each ran on a machine of that size (needs root; 0: no limit); the capacity rows then use it too")
+		capCPU     = flag.Float64("capacity-cpu", defaultCapacityCPU, "confine each node of the capacity rows (the cluster rows of many groups against one, titles ending in CPU/node) to this many cores, as -node-cpu does every server (needs root; 0: unconfined)")
 		o          Options
 	)
 	flag.DurationVar(&o.Duration, "duration", 3*time.Second, "measured time per run")
@@ -130,6 +131,13 @@ func realMain() int {
 	o.Fanout = parse("fanout", *fan, false)
 	o.Large = parse("large", *large, false)
 	o.Fsync = parse("fsync", *fsync, false)
+	if *nodeCPU < 0 || *capCPU < 0 {
+		perr = errors.New("-node-cpu and -capacity-cpu must be >= 0")
+	}
+	o.CapacityCPU = *capCPU
+	if *nodeCPU > 0 {
+		o.CapacityCPU = *nodeCPU
+	}
 	if perr == nil {
 		perr = validate(&o, *reps)
 	}
@@ -188,14 +196,15 @@ func realMain() int {
 	case numCPU() >= 2 && strings.TrimSpace(*pinned) != "":
 		pinning = "scenarios marked [pinned]: " + pinHow()
 	}
-	if *nodeCPU > 0 {
-		cpuQuota = *nodeCPU
-		if err := checkCgroups(); err != nil {
-			fmt.Fprintln(os.Stderr, "bench: -node-cpu:", err)
-			os.Exit(2)
-		}
-		pinning += fmt.Sprintf("; each server process confined to %g CPU (cgroup)", cpuQuota)
+	note, noQuota, err := applyQuotas(&cts, vs, *nodeCPU, o.CapacityCPU, checkCgroups)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -node-cpu:", err)
+		return 2
 	}
+	if noQuota != "" {
+		fmt.Fprintln(os.Stderr, "bench: the capacity rows are left out:", noQuota)
+	}
+	pinning += note
 	debug.SetGCPercent(400)
 
 	meta := Meta{
@@ -224,6 +233,12 @@ func realMain() int {
 	for i, v := range vs {
 		vr := &VarResult{V: v, Flags: v.Flags("DIR"), Res: [2]*CtResult{{}, {}}}
 		results[i] = vr
+		if v.NodeCPU > 0 && noQuota != "" {
+			vr.Res[0].NA, vr.Res[1].NA = noQuota, noQuota
+			done += *reps * 2
+			fmt.Fprintf(os.Stderr, "[%d/%d] %-18s n/a: no CPU cgroup\n", done, total, v.Name)
+			continue
+		}
 		for rep := 0; rep < *reps; rep++ {
 			for ci, ct := range v.contenders(cts) {
 				done++
@@ -275,7 +290,11 @@ func realMain() int {
 		rc = 1
 	}
 	if *doc != "" {
-		if err := writeDoc(*doc, *outDir, table, os.Args[1:]); err != nil {
+		confined := o.CapacityCPU
+		if noQuota != "" {
+			confined = 0
+		}
+		if err := writeDoc(*doc, *outDir, table, os.Args[1:], confined); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: -doc: %v\n", err)
 			rc = 1
 		}
@@ -291,6 +310,11 @@ func realMain() int {
 	}
 	return rc
 }
+
+// defaultCapacityCPU is the cores each node of the capacity rows gets: six
+// nodes of 0.2 CPU take 1.2 of a 2-core machine's cores at most, leaving the
+// load generator the rest, so that the quota, not the machine, bounds them.
+const defaultCapacityCPU = 0.2
 
 // defaultPinned names the scenarios whose targets are per core (or, for
 // accepting, pinned and unpinned): make bench runs them both ways.

@@ -38,6 +38,9 @@ type Options struct {
 	TLSIdle    int // tls: idle connections
 	NoFile     uint64
 	PinAll     bool // -pin: every variant runs pinned
+	// CapacityCPU, when above 0, is the cores each node of the capacity
+	// rows may use (-capacity-cpu, or -node-cpu when given): Variant.NodeCPU.
+	CapacityCPU float64
 }
 
 // Metrics are the named figures of one run (see meter.fill for the keys).
@@ -82,6 +85,10 @@ type Variant struct {
 	// contender's number of nodes and --replicas; the second has
 	// clusterNodes nodes.
 	Groups, Nodes, Replicas int
+	// NodeCPU, when above 0, is the cores each server process of both
+	// contenders may use, in a CPU cgroup of its own (Contender.CPU): the
+	// capacity rows compare clusters of machines of that size.
+	NodeCPU float64
 	// TLS: the first contender is beanpole serving TLS and the client
 	// speaks TLS to it; the second is C beanstalkd behind stunnel or, with
 	// VsBeanpole, beanpole over plaintext (the same client without TLS).
@@ -101,6 +108,9 @@ func (v *Variant) contenders(cts [2]Contender) [2]Contender {
 		cts[1] = cts[0]
 		cts[0].Name, cts[0].Groups = groupsName(v.Nodes, v.Groups, v.Replicas), v.Groups
 		cts[0].Nodes, cts[0].Replicas = v.Nodes, v.Replicas
+	}
+	if v.NodeCPU > 0 {
+		cts[0].CPU, cts[1].CPU = v.NodeCPU, v.NodeCPU
 	}
 	if v.TLS {
 		cts[0].Name, cts[0].TLS = "beanpole-tls", true
@@ -268,10 +278,11 @@ func buildVariants(o *Options) []*Variant {
 
 // groupsVariants are the capacity rows of the cluster group: the cluster
 // with a data group per node (--groups) against the cluster of one group,
-// the clients spread over the nodes and over tubes of every group. Run with
-// -node-cpu, they compare three machines that each lead a share of the
-// queue with three whose leader runs it all; and six machines, each
-// hosting three of six groups (--replicas 3), with those three.
+// the clients spread over the nodes and over tubes of every group. With
+// every node confined to o.CapacityCPU cores, they compare three machines
+// that each lead a share of the queue with three whose leader runs it all;
+// and six machines, each hosting three of six groups (--replicas 3), with
+// those three.
 func groupsVariants(o *Options) []*Variant {
 	vs := append(spreadVariants(o, clusterNodes, clusterNodes, 0), xresVariant(clusterNodes))
 	return append(vs, spreadVariants(o, 6, 6, 3)...)
@@ -309,7 +320,8 @@ func groupsName(nodes, groups, replicas int) string {
 
 // spreadVariants are the round trips and the pipeline of nodes nodes with
 // --groups g (and --replicas r, when above 0) against clusterNodes nodes
-// of one group. The pipeline runs a connection for each node and group.
+// of one group, every node of both confined to o.CapacityCPU cores when
+// that is above 0. The pipeline runs a connection for each node and group.
 func spreadVariants(o *Options, nodes, g, r int) []*Variant {
 	c, pc := o.BinConns, nodes*g
 	name, vs2, flags := groupsName(nodes, g, r), fmt.Sprintf("%d groups vs 1", g), fmt.Sprintf("--groups %d", g)
@@ -317,25 +329,32 @@ func spreadVariants(o *Options, nodes, g, r int) []*Variant {
 		vs2 = fmt.Sprintf("%d groups r%d vs %d nodes of 1", g, r, clusterNodes)
 		flags += fmt.Sprintf(" --replicas %d", r)
 	}
+	confined := ""
+	if o.CapacityCPU > 0 {
+		vs2 += fmt.Sprintf(", %g CPU/node", o.CapacityCPU)
+		confined = fmt.Sprintf(", every node confined to %g CPU", o.CapacityCPU)
+	}
 	return []*Variant{{
 		Name: fmt.Sprintf("%s-c%d", name, c), Group: "cluster", Num: 10,
-		Desc: fmt.Sprintf("%d beanpole nodes with %s vs %d of one group: put/reserve/delete round trips on %d connections spread over the nodes, each on a tube of its own, the tubes spread over the groups", nodes, flags, clusterNodes, c),
+		Desc: fmt.Sprintf("%d beanpole nodes with %s vs %d of one group%s: put/reserve/delete round trips on %d connections spread over the nodes, each on a tube of its own, the tubes spread over the groups", nodes, flags, clusterNodes, confined, c),
 		Rows: []RowDef{
 			{Title: fmt.Sprintf("cluster×%d rt c=%d spread, %s", nodes, c, vs2), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command"},
 			{Title: fmt.Sprintf("cluster×%d rt c=%d spread, %s", nodes, c, vs2), Metric: "fsyncs", Unit: "fsyncs/job", NoCPU: true},
 		},
 		Flags: func(string) []string { return nil }, NeedDir: true, MayNA: true, Cluster: true, Groups: g, Nodes: nodes, Replicas: r,
-		Run: func(rc *RunCtx) (Metrics, error) { return runRoundTrip(rc, c, o.Size, "") },
+		NodeCPU: o.CapacityCPU,
+		Run:     func(rc *RunCtx) (Metrics, error) { return runRoundTrip(rc, c, o.Size, "") },
 	}, {
 		Name: fmt.Sprintf("%s-pipeline-c%d", name, pc), Group: "cluster", Num: 10,
-		Desc: fmt.Sprintf("%d beanpole nodes with %s vs %d of one group: pipelined puts (window %d) on %d connections, one for each node and group, each on a tube of its own, then pipelined reserve+delete of those jobs", nodes, flags, clusterNodes, o.PipeWindow, pc),
+		Desc: fmt.Sprintf("%d beanpole nodes with %s vs %d of one group%s: pipelined puts (window %d) on %d connections, one for each node and group, each on a tube of its own, then pipelined reserve+delete of those jobs", nodes, flags, clusterNodes, confined, o.PipeWindow, pc),
 		Rows: []RowDef{
 			{Key: "put.", Title: fmt.Sprintf("cluster×%d put w=%d c=%d spread, %s", nodes, o.PipeWindow, pc, vs2), Metric: "rate", Unit: "puts/s", Higher: true, Lat: true, LatWhat: "per put"},
 			{Key: "put.", Title: fmt.Sprintf("cluster×%d put w=%d c=%d spread, %s", nodes, o.PipeWindow, pc, vs2), Metric: "fsyncs", Unit: "fsyncs/put", NoCPU: true},
 			{Key: "drain.", Title: fmt.Sprintf("cluster×%d rsv+del w=%d c=%d spread, %s", nodes, o.PipeWindow, pc, vs2), Metric: "rate", Unit: "jobs/s", Higher: true, Lat: true, LatWhat: "per command"},
 		},
 		Flags: func(string) []string { return nil }, NeedDir: true, MayNA: true, Cluster: true, Groups: g, Nodes: nodes, Replicas: r,
-		Run: func(rc *RunCtx) (Metrics, error) { return runPipeline(rc, pc) },
+		NodeCPU: o.CapacityCPU,
+		Run:     func(rc *RunCtx) (Metrics, error) { return runPipeline(rc, pc) },
 	}}
 }
 

@@ -32,6 +32,10 @@ type Contender struct {
 	// TLS: serve TLS as well (StartTLS); Stunnel: by stunnel in front of
 	// the binary (C beanstalkd) rather than by the binary itself.
 	TLS, Stunnel bool
+	// CPU, when above 0, is the cores each process of the contender (the
+	// server, each node of a cluster, stunnel) may use: each runs in a CPU
+	// cgroup of its own with that quota (confine).
+	CPU float64
 }
 
 // Server is a running server process started by the benchmark.
@@ -141,7 +145,7 @@ func StartServer(ct Contender, extra []string, pinCPU int, nofile uint64) (*Serv
 		return nil, err
 	}
 	args := append([]string{"-l", "127.0.0.1", "-p", strconv.Itoa(port)}, extra...)
-	s, err := spawn(ct.Name, ct.Path, args, pinCPU, nofile)
+	s, err := spawn(ct.Name, ct.Path, args, pinCPU, nofile, ct.CPU)
 	if err != nil {
 		return nil, err
 	}
@@ -154,9 +158,9 @@ func StartServer(ct Contender, extra []string, pinCPU int, nofile uint64) (*Serv
 
 // spawn starts path with args as the process of a Server: in its own
 // process group, killed if this process dies, pinned to pinCPU (>= 0),
-// with the open-file limit nofile, and with -node-cpu in a CPU cgroup of
-// its own (confine).
-func spawn(name, path string, args []string, pinCPU int, nofile uint64) (*Server, error) {
+// with the open-file limit nofile, and, when cores is above 0, in a CPU
+// cgroup of its own limited to cores (confine).
+func spawn(name, path string, args []string, pinCPU int, nofile uint64, cores float64) (*Server, error) {
 	prog, argv := path, args
 	if pinCPU >= 0 && tasksetPath != "" {
 		prog = tasksetPath
@@ -183,8 +187,8 @@ func spawn(name, path string, args []string, pinCPU int, nofile uint64) (*Server
 	}
 	s.Pid = cmd.Process.Pid
 	uncgroup := func() {}
-	if cpuQuota > 0 {
-		if uncgroup, err = confine(s.Pid); err != nil {
+	if cores > 0 {
+		if uncgroup, err = confine(s.Pid, cores); err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 			procMu.Lock()

@@ -130,7 +130,7 @@ func StartTLS(ct Contender, extra []string, pinCPU int, nofile uint64) (*Server,
 		s.Stop()
 		return nil, err
 	}
-	st, err := spawn("stunnel", stunnelPath, []string{conf}, pinCPU, nofile)
+	st, err := spawn("stunnel", stunnelPath, []string{conf}, pinCPU, nofile, ct.CPU)
 	if err == nil {
 		err = st.waitListen(tport)
 	}

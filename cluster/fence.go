@@ -37,6 +37,9 @@ type fencedTransport struct {
 	round time.Duration
 	mu    sync.Mutex
 	acked map[raft.ServerID]int64 // boottime
+	// news, when not nil, is closed at the next ack: awaitAckedSince
+	// waits on it.
+	news chan struct{}
 }
 
 func newFencedTransport(t raft.Transport, round time.Duration) *fencedTransport {
@@ -47,6 +50,10 @@ func (f *fencedTransport) ack(id raft.ServerID, sent int64) {
 	f.mu.Lock()
 	if sent > f.acked[id] {
 		f.acked[id] = sent
+		if f.news != nil {
+			close(f.news)
+			f.news = nil
+		}
 	}
 	f.mu.Unlock()
 }
@@ -54,15 +61,56 @@ func (f *fencedTransport) ack(id raft.ServerID, sent int64) {
 // ackedSince reports whether a majority of voters, this node counted, has
 // answered with success an RPC sent at since or later.
 func (f *fencedTransport) ackedSince(self raft.ServerID, voters []raft.ServerID, since int64) bool {
-	n := 0
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ackedSinceLocked(self, voters, since)
+}
+
+func (f *fencedTransport) ackedSinceLocked(self raft.ServerID, voters []raft.ServerID, since int64) bool {
+	n := 0
 	for _, id := range voters {
 		if id == self || f.acked[id] >= since {
 			n++
 		}
 	}
-	f.mu.Unlock()
 	return 2*n > len(voters)
+}
+
+// awaitAckedSince waits until ackedSince holds, and reports true, or until
+// until (boottime) has passed, and reports false.
+func (f *fencedTransport) awaitAckedSince(self raft.ServerID, voters []raft.ServerID, since, until int64) bool {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		f.mu.Lock()
+		if f.ackedSinceLocked(self, voters, since) {
+			f.mu.Unlock()
+			return true
+		}
+		left := time.Duration(until - boottime())
+		if left <= 0 {
+			f.mu.Unlock()
+			return false
+		}
+		if f.news == nil {
+			f.news = make(chan struct{})
+		}
+		news := f.news
+		f.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(left)
+		} else {
+			timer.Reset(left)
+		}
+		select {
+		case <-news:
+		case <-timer.C:
+		}
+	}
 }
 
 func (f *fencedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {

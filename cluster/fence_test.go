@@ -216,3 +216,74 @@ func TestVoteIsAskedAgainWhenItsPooledConnectionDiedWithItsPeer(t *testing.T) {
 	}
 	kill()
 }
+
+// late is a node's transport whose answers to appends all come late, as a
+// busy or starved peer's do; while entries are replicated an answer is
+// always on its way, to an RPC sent before any round of the lease began.
+type late struct {
+	*raft.InmemTransport
+	by time.Duration
+}
+
+// AppendEntriesPipeline: every append goes through AppendEntries, so that
+// its answer comes late.
+func (l *late) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+func (l *late) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	err := l.InmemTransport.AppendEntries(id, target, args, resp)
+	time.Sleep(l.by)
+	return err
+}
+
+// A leader whose peers all answer late, while it replicates entries, keeps
+// its lease: raft's VerifyLeader returns on the answer to an RPC sent before
+// the round, which does not confirm it, and the round waits for the answers
+// to its own RPCs, which come at most two delays after it began, well
+// within the lease. A round that gave up there lapsed the lease again and
+// again, and a leader that lapses closes the connections whose replies it
+// may no longer send.
+func TestLeaseHoldsWhileEveryAnswerComesLate(t *testing.T) {
+	const by = 100 * time.Millisecond
+	g := newGroupOver(t, 3, 0, func(_ int, tr *raft.InmemTransport) raft.Transport { return &late{InmemTransport: tr, by: by} })
+	leader, jl := g.leader()
+	stop := make(chan struct{})
+	var puts sync.WaitGroup
+	puts.Add(1)
+	go func() { // an entry always on its way
+		defer puts.Done()
+		for id := uint64(1); ; id++ {
+			a := newAcks(1)
+			if jl.Put(job(id), a.ack(0)) != nil {
+				return
+			}
+			select {
+			case <-a.all:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); puts.Wait() }()
+	// Over 3 s of the lead, the share of the time the lease lapsed; the
+	// lease is 375 ms and a round's own answers come within 2 × 100 ms
+	// (plus what a loaded machine adds), so it should not lapse at all.
+	var lapsed, watched time.Duration
+	last := time.Now()
+	for watched < 3*time.Second {
+		time.Sleep(5 * time.Millisecond)
+		now := time.Now()
+		if leader.Raft.State() != raft.Leader {
+			t.Skip("the leader was deposed meanwhile (a starved machine): the lease is not what is tested then")
+		}
+		if !leader.Leads() {
+			lapsed += now.Sub(last)
+		}
+		watched += now.Sub(last)
+		last = now
+	}
+	if share := float64(lapsed) / float64(watched); share > 0.1 {
+		t.Fatalf("the lease lapsed %v of %v (%.0f%%) while every answer came %v late", lapsed, watched, 100*share, by)
+	}
+}

@@ -332,25 +332,56 @@ func (n *Node) confirmRound() (int64, error) {
 // heardSince reports whether a majority of the group's voters answered
 // RPCs this node sent at since or later.
 func (n *Node) heardSince(since int64) bool {
+	return n.fenced.ackedSince(raft.ServerID(n.cfg.ID), n.voters(), since)
+}
+
+// voters are the group's voters.
+func (n *Node) voters() []raft.ServerID {
 	var voters []raft.ServerID
 	for _, s := range n.Raft.GetConfiguration().Configuration().Servers {
 		if s.Suffrage == raft.Voter {
 			voters = append(voters, s.ID)
 		}
 	}
-	return n.fenced.ackedSince(raft.ServerID(n.cfg.ID), voters, since)
+	return voters
 }
 
 // confirmLead confirms the lead of term over and over, and records when
 // the last confirmed round started (a round that started before fenceAfter
 // does not count). It stops once the node no longer leads in term.
+//
+// A round starts every tenth of a heartbeat timeout, whether the rounds
+// before it have ended or not, and lasts until a majority answered RPCs
+// sent after it began, or until the lease it would confirm has run out.
+// raft's VerifyLeader returns on any answer that comes after it was asked,
+// and while entries are replicated that is mostly the answer to an RPC
+// sent before the round: a round that ended there confirmed nothing, and a
+// leader whose peers answer late (busy or starved, as on a loaded machine)
+// lapsed its lease again and again. Its own RPCs' answers come, on such a
+// machine, later than the next round would start.
 func (n *Node) confirmLead(term uint64) {
+	every, lease := n.cfg.HeartbeatTimeout/10, int64(leaseOf(n.cfg.HeartbeatTimeout))
 	for n.Raft.State() == raft.Leader && n.Raft.CurrentTerm() == term {
 		start := boottime()
-		if n.Raft.VerifyLeader().Error() == nil && n.heardSince(start) && start > n.fenceAfter.Load() {
-			n.confirmed.Store(start)
+		go func() {
+			if n.Raft.VerifyLeader().Error() == nil &&
+				n.fenced.awaitAckedSince(raft.ServerID(n.cfg.ID), n.voters(), start, start+lease) &&
+				start > n.fenceAfter.Load() && n.Raft.CurrentTerm() == term {
+				n.confirm(start)
+			}
+		}()
+		time.Sleep(every)
+	}
+}
+
+// confirm records that a round that began at start (boottime) confirmed
+// the lead, unless a later round did already.
+func (n *Node) confirm(start int64) {
+	for {
+		t := n.confirmed.Load()
+		if start <= t || n.confirmed.CompareAndSwap(t, start) {
+			return
 		}
-		time.Sleep(n.cfg.HeartbeatTimeout / 10)
 	}
 }
 
