@@ -11,6 +11,10 @@
 // list-tube-used, list-tubes-watched), and merges what every group knows
 // (stats, list-tubes).
 //
+// A session runs on a goroutine of its own while it has work; the session
+// of a plaintext client that is idle, or whose reserve waits, holds none
+// (park.go): one goroutine waits on an epoll set of their sockets.
+//
 // When a group's leader dies, stops or hands its lead over, a session's
 // backend to it is replaced at its next leader unseen by the client, and
 // a reserve waiting there waits on at the next leader, as long as the

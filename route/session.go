@@ -92,8 +92,9 @@ func newSession(r *Router, c net.Conn) *session {
 const readChunk = 4 << 10
 
 // run serves the client until it quits, hangs up, or a backend fails
-// (false: end the session), or until it is idle and its session parked
-// (true).
+// (false: end the session), or until its session is parked (the client
+// is idle) or its reserve suspended (true): the parking starts run again
+// on a goroutine of its own when a socket the session waits on has input.
 func (s *session) run() bool {
 	if s.rsv.on && !s.resume() { // woken
 		return false
