@@ -151,8 +151,9 @@ func TestGroupsAWaitingReserveOutlivesItsGroupsLeader(t *testing.T) {
 // Reserves a client pipelines through a node, at the tubes of one group,
 // are answered in the order sent, among the commands around them: those
 // that find a job at once, one that waits until a put through another
-// node, and the commands behind it, which wait for it as on one server.
-// A client that hangs up while such a reserve waits is given no job.
+// node, and the commands behind it, which wait for it as on one server,
+// whether sent with it or while it waits. A client that hangs up while
+// such a reserve waits is given no job.
 func TestGroupsPipelinedReservesAreAnsweredInOrder(t *testing.T) {
 	const groups = 3
 	tc := startGroupsCluster(t, 3, groups)
@@ -199,15 +200,35 @@ func TestGroupsPipelinedReservesAreAnsweredInOrder(t *testing.T) {
 	mustSend(t, w, fmt.Sprintf("delete %d\r\n", late))
 	expect(t, w, "DELETED\r\n")
 
-	// A client that hangs up while its pipelined reserve waits.
+	// A reserve sent alone waits with its session's goroutine let go; what
+	// the client sends meanwhile runs once it is answered.
+	mustSend(t, w, "reserve\r\n")
+	expectNothing(t, w, 100*time.Millisecond)
+	mustSend(t, w, "list-tube-used\r\n")
+	expectNothing(t, w, 50*time.Millisecond)
+	mustSend(t, w, "reserve-with-timeout 0\r\n")
+	expectNothing(t, w, 50*time.Millisecond)
+	later := put("later")
+	expect(t, w, fmt.Sprintf("RESERVED %d 5\r\nlater\r\nUSING default\r\nTIMED_OUT\r\n", later))
+	mustSend(t, w, fmt.Sprintf("delete %d\r\n", later))
+	expect(t, w, "DELETED\r\n")
+
+	// Clients that hang up while their reserves wait.
 	gone := tc.nodes[1].srv.dial(t)
 	mustSend(t, gone, "watch "+tube+"\r\nignore default\r\nreserve\r\nlist-tube-used\r\n")
 	expect(t, gone, "WATCHING 2\r\nWATCHING 1\r\n")
 	expectNothing(t, gone, 100*time.Millisecond)
+	// And one whose reserve, sent alone, waits with its goroutine let go.
+	alone := tc.nodes[2].srv.dial(t)
+	mustSend(t, alone, "watch "+tube+"\r\nignore default\r\n")
+	expect(t, alone, "WATCHING 2\r\nWATCHING 1\r\n")
+	mustSend(t, alone, "reserve\r\n")
+	expectNothing(t, alone, 100*time.Millisecond)
 	gone.nc.Close()
+	alone.nc.Close()
 	// Its wait is cancelled once the router sees it go: a job put then
 	// stays ready, never reserved.
-	waitFor(t, 30*time.Second, "the hung-up client's wait to end", func() bool {
+	waitFor(t, 30*time.Second, "the hung-up clients' waits to end", func() bool {
 		out := try(tc.nodes[0].srv.addr, "stats-tube "+tube+"\r\n", 5*time.Second)
 		return strings.Contains(out, "current-waiting: 0")
 	})
