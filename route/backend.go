@@ -94,7 +94,8 @@ func (s *session) backend(g int) (*backend, error) {
 	for {
 		// Not back to a leader that closed the session's backend: it is
 		// going, and the router has not heard of the next yet.
-		if addr := s.r.leader(g); addr != "" && addr != s.gone[g] {
+		if at := s.r.leaders[g].Load(); at != nil && at.addr != "" && at != s.gone[g] {
+			addr := at.addr
 			if c, err := s.r.cfg.Dial(addr); err == nil {
 				b := &backend{g: g, addr: addr, c: c, use: "default", watch: []string{"default"}, held: map[uint64]struct{}{}, fd: -1}
 				if fd, ok := descriptor(socket(c)); ok {
@@ -120,9 +121,13 @@ func (s *session) backend(g int) (*backend, error) {
 // opens another, to another leader.
 func (s *session) drop(b *backend) {
 	if s.gone == nil {
-		s.gone = map[int]string{}
+		s.gone = map[int]*leaderAt{}
 	}
-	s.gone[b.g] = b.addr
+	if at := s.r.leaders[b.g].Load(); at != nil && at.addr == b.addr {
+		s.gone[b.g] = at
+	} else {
+		delete(s.gone, b.g)
+	}
 	b.c.Close()
 	s.r.open[b.g].remove(b)
 	if s.b[b.g] == b {

@@ -67,7 +67,7 @@ type Router struct {
 	// leaders[g] is where group g's leader serves (cfg.Leader), looked up
 	// every leaderRefresh by one goroutine: a command reads it without
 	// the locks of the node's raft and state.
-	leaders []atomic.Pointer[string]
+	leaders []atomic.Pointer[leaderAt]
 	// open[g] are the sessions' backends of group g: when another node
 	// leads it, those to the one before are closed (refreshLeaders).
 	open []openBackends
@@ -86,7 +86,7 @@ const leaderRefresh = 50 * time.Millisecond
 
 // New makes a router; Stop ends it.
 func New(cfg Config) *Router {
-	r := &Router{cfg: cfg, conns: map[net.Conn]struct{}{}, leaders: make([]atomic.Pointer[string], cfg.Groups+1),
+	r := &Router{cfg: cfg, conns: map[net.Conn]struct{}{}, leaders: make([]atomic.Pointer[leaderAt], cfg.Groups+1),
 		done: make(chan struct{}), waitCap: max(4<<20, 2*(int(cfg.MaxJobSize)+256))}
 	r.open = make([]openBackends, cfg.Groups+1)
 	if p, err := newParking(r); err == nil {
@@ -113,7 +113,7 @@ func New(cfg Config) *Router {
 func (r *Router) refreshLeaders() {
 	for g := 1; g <= r.cfg.Groups; g++ {
 		if a := r.cfg.Leader(g); a != r.leader(g) {
-			r.leaders[g].Store(&a)
+			r.leaders[g].Store(&leaderAt{addr: a})
 			if a != "" {
 				r.open[g].leave(a)
 			}
@@ -171,10 +171,15 @@ func (o *openBackends) leave(addr string) {
 	}
 }
 
+// leaderAt is where a group's leader serves, "" while none is known. Each
+// change of it is a new leaderAt, so that a session tells a leader it
+// left from a later one that serves at the same address (drop).
+type leaderAt struct{ addr string }
+
 // leader is where group g's leader serves, "" while none is known.
 func (r *Router) leader(g int) string {
 	if p := r.leaders[g].Load(); p != nil {
-		return *p
+		return p.addr
 	}
 	return ""
 }

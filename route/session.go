@@ -32,9 +32,10 @@ type session struct {
 	use   string
 	watch []string
 	b     map[int]*backend
-	// gone[g] is where the session's last backend of group g went (drop):
-	// a leader that lost its lead, died or is stopping.
-	gone  map[int]string
+	// gone[g] is the leader the session's last backend of group g went
+	// to, while the router still knows it as the group's (drop): a leader
+	// that lost its lead, died or is stopping.
+	gone  map[int]*leaderAt
 	ended bool // the client's input ended
 	// pend are the replies still to come, in the client's order: of
 	// commands sent to backends and not answered yet, or ones the router
