@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -54,12 +53,7 @@ func TestGroupsAWaitingReserveOutlivesItsGroupsLeader(t *testing.T) {
 	put := func(body string) uint64 {
 		t.Helper()
 		mustSend(t, p, fmt.Sprintf("put 0 0 60 %d\r\n%s\r\n", len(body), body))
-		line := readLineWithin(t, p, 60*time.Second)
-		id, err := strconv.ParseUint(strings.TrimPrefix(line, "INSERTED "), 10, 64)
-		if err != nil {
-			t.Fatalf("put: %q", line)
-		}
-		return id
+		return readInserted(t, p, 60*time.Second)
 	}
 	// reserved reads the jobs the two workers were given, one each, and
 	// deletes them.
@@ -164,12 +158,7 @@ func TestGroupsPipelinedReservesAreAnsweredInOrder(t *testing.T) {
 	put := func(body string) uint64 {
 		t.Helper()
 		mustSend(t, p, fmt.Sprintf("put 0 0 60 %d\r\n%s\r\n", len(body), body))
-		line := readLine(t, p)
-		id, err := strconv.ParseUint(strings.TrimPrefix(line, "INSERTED "), 10, 64)
-		if err != nil {
-			t.Fatalf("put: %q", line)
-		}
-		return id
+		return readInserted(t, p, defaultTimeout)
 	}
 	var ids []uint64
 	for i := range 5 {
@@ -272,11 +261,7 @@ func TestGroupsIdleClientsAreParkedAndServedWhenTheySend(t *testing.T) {
 			cmd = cmd[5:]
 		}
 		mustSend(t, c, cmd)
-		line := readLine(t, c)
-		id, err := strconv.ParseUint(strings.TrimPrefix(line, "INSERTED "), 10, 64)
-		if err != nil {
-			t.Fatalf("client %d: put: %q", i, line)
-		}
+		id := readInserted(t, c, defaultTimeout)
 		expect(t, c, fmt.Sprintf("RESERVED %d 2\r\nhi\r\nUSING %s\r\n", id, tubes[i]))
 		mustSend(t, c, fmt.Sprintf("delete %d\r\n", id))
 		expect(t, c, "DELETED\r\n")

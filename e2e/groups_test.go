@@ -367,12 +367,7 @@ func TestGroupsReserveOverTubesOfSeveralGroups(t *testing.T) {
 		t.Helper()
 		mustSend(t, p, fmt.Sprintf("use %s\r\nput %d 0 60 %d\r\n%s\r\n", tube, pri, len(body), body))
 		expect(t, p, "USING "+tube+"\r\n")
-		line := readLine(t, p)
-		id, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(line, "INSERTED "), "\r\n"), 10, 64)
-		if err != nil {
-			t.Fatalf("put: %q", line)
-		}
-		return id
+		return readInserted(t, p, defaultTimeout)
 	}
 	ida := put(a, 10, "aa")
 	idb := put(b, 1, "bb")
@@ -556,12 +551,7 @@ func pipelinedInOrder(t *testing.T, tc *testCluster, groups int) {
 	for i := range 30 {
 		tube := tubeOfGroup(1+i%groups, groups, "p")
 		expect(t, c, "USING "+tube+"\r\n")
-		line := readLine(t, c)
-		id, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(line, "INSERTED "), "\r\n"), 10, 64)
-		if err != nil {
-			t.Fatalf("put %d: %q", i, line)
-		}
-		ids[i] = id
+		ids[i] = readInserted(t, c, defaultTimeout)
 	}
 	send.Reset()
 	for i := range 30 {

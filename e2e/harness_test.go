@@ -711,6 +711,19 @@ func readLineWithin(t testing.TB, c *conn, d time.Duration) string {
 	}
 }
 
+// readInserted reads a put's reply within d, which must be INSERTED <id>,
+// and returns the id.
+func readInserted(t testing.TB, c *conn, d time.Duration) uint64 {
+	t.Helper()
+	line := readLineWithin(t, c, d)
+	rest, ok := strings.CutPrefix(line, "INSERTED ")
+	id, err := strconv.ParseUint(rest, 10, 64)
+	if !ok || err != nil {
+		t.Fatalf("a put was answered %s", show(line))
+	}
+	return id
+}
+
 // expectLine reads one line (up to CRLF) and compares it with want, which is
 // given without the CRLF. Unlike expect it tolerates an unknown length.
 func expectLine(t testing.TB, c *conn, want string) {
