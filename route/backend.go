@@ -35,8 +35,8 @@ type backend struct {
 	// probe: the session waited for its client since b last ran a
 	// command, so b's leader may have closed it meanwhile (alive).
 	probe bool
-	// fd is b's socket (-1: unknown), which the parking watches while a
-	// reserve waits at b (waitReady).
+	// fd is b's socket (-1: unknown), which the parking watches while the
+	// session's reserve waits at b, suspended (suspend).
 	fd int
 }
 
@@ -135,32 +135,25 @@ func (s *session) drop(b *backend) {
 	}
 }
 
-// alive reports whether b's leader had not closed it when asked: the
+// alive reports whether b's leader had not closed it when asked: its
 // socket is peeked at (MSG_PEEK, not waiting), which consumes nothing. A
-// leader closes a router's connection when it dies or loses its lead.
+// leader closes a router's connection when it dies or loses its lead. Only
+// the session closes b's socket, so b.fd is b's while b is in use.
 func (b *backend) alive() bool {
 	b.probe = false
-	if b.rd != nil && b.rd.Buffered() > 0 {
+	if b.fd < 0 || b.rd != nil && b.rd.Buffered() > 0 {
 		return true
 	}
-	sc, ok := socket(b.c).(syscall.Conn)
-	if !ok {
-		return true
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	closed := false
 	var one [1]byte
-	err = rc.Read(func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	for {
+		n, _, err := syscall.Recvfrom(b.fd, one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		if err == syscall.EINTR {
+			continue
+		}
 		// Bytes waiting (a TLS session ticket, say) leave it to the
 		// reader; no bytes at all is the leader's close.
-		closed = n == 0 && err == nil || err != nil && err != syscall.EAGAIN && err != syscall.EINTR
-		return true
-	})
-	return err == nil && !closed
+		return n > 0 || err == syscall.EAGAIN
+	}
 }
 
 // A backend's buffers are the session's only while it runs commands: a

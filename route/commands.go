@@ -137,9 +137,7 @@ func (s *session) reserveOn(out outcome) bool {
 			}
 		}
 		r.tried = time.Now()
-		s.suspends = true
 		out = s.reserveOnce(&r.c, r.line)
-		s.suspends = false
 	}
 }
 
@@ -168,7 +166,7 @@ func (s *session) suspend() bool {
 	for _, b := range s.rsv.bs {
 		s.fds = append(s.fds, b.fd)
 	}
-	return s.r.park.suspend(s, s.fds)
+	return s.r.park.park(s, s.fds)
 }
 
 // resume goes on with the reserve suspended (s.rsv) once a socket it waits
@@ -368,8 +366,8 @@ func (s *session) reserveOnce(cmd *codec.Command, line []byte) outcome {
 
 // waitAll has every backend wait with the reserve line; the first answer
 // is the client's, and the others' waits are cancelled (a job one of them
-// offered meanwhile is put back). While they wait, the session holds no
-// goroutine but its own and no buffer (waitReady), where it can.
+// offered meanwhile is put back). Where the session can, the reserve is
+// suspended while they wait (suspend, resume).
 func (s *session) waitAll(bs []*backend, line []byte) outcome {
 	if !s.waitsParked(bs) {
 		return s.waitAllGo(bs, line)
@@ -380,38 +378,8 @@ func (s *session) waitAll(bs []*backend, line []byte) outcome {
 			return s.lostIf(b, err)
 		}
 	}
-	if s.suspends {
-		s.rsv.bs = append(s.rsv.bs[:0], bs...)
-		return suspended
-	}
-	s.flush()
-	for {
-		for _, b := range bs {
-			b.lend()
-		}
-		i, ok := s.waitReady(bs)
-		if !ok {
-			return broken
-		}
-		for _, b := range bs {
-			b.bufs()
-		}
-		if i >= 0 {
-			rep, err := bs[i].readReply()
-			return s.wonWait(bs, nil, i, waited{reply: bytes.Clone(rep), err: err})
-		}
-		if !s.readWaiting() {
-			return broken
-		}
-		if s.ended {
-			// The client hung up: no job for it, as on one server.
-			if !s.withdrawAll(bs, nil, -1) {
-				return broken
-			}
-			s.out = append(s.out, codec.RepTimedOut...)
-			return answered
-		}
-	}
+	s.rsv.bs = append(s.rsv.bs[:0], bs...)
+	return suspended
 }
 
 // waitAllGo is waitAll with a goroutine reading each backend, and one
@@ -536,51 +504,24 @@ func awaitSoon[T any](s *session, got <-chan T) (T, bool) {
 	}
 }
 
-// wait is the reply of a reserve sent to b. A client that hangs up
-// meanwhile has the wait cancelled, as one server cancels it. A reply
-// that takes watchAfter is waited for with no goroutine but the session's
-// and no buffer (waitReady), where the session can.
+// wait is the reply of a reserve sent to b, the only group its session
+// waits at. One that takes watchAfter is suspended where the session can
+// (suspend, resume).
 func (s *session) wait(b *backend) ([]byte, outcome) {
-	bs := []*backend{b}
-	if !s.waitsParked(bs) {
+	if !s.waitsParked([]*backend{b}) {
 		return s.waitGo(b)
 	}
 	if b.replySoon() {
 		rep, err := b.readReply()
 		return rep, s.lostIf(b, err)
 	}
-	if s.suspends {
-		s.rsv.bs = append(s.rsv.bs[:0], b)
-		return nil, suspended
-	}
-	s.flush()
-	for {
-		b.lend()
-		i, ok := s.waitReady(bs)
-		if !ok {
-			return nil, broken
-		}
-		b.bufs()
-		if i == 0 {
-			rep, err := b.readReply()
-			return rep, s.lostIf(b, err)
-		}
-		if !s.readWaiting() {
-			return nil, broken
-		}
-		if s.ended {
-			rep, err := b.withdraw(nil)
-			if err != nil {
-				return nil, broken
-			}
-			return rep, answered
-		}
-	}
+	s.rsv.bs = append(s.rsv.bs[:0], b)
+	return nil, suspended
 }
 
-// waitsParked reports whether the session can wait for bs with no
-// goroutine reading (waitReady): its client is plaintext, the router
-// parks, and bs's sockets are known.
+// waitsParked reports whether the session's reserve can be suspended
+// while it waits at bs: its client is plaintext, the router parks, and
+// bs's sockets are known.
 func (s *session) waitsParked(bs []*backend) bool {
 	if s.fd < 0 || s.r.park == nil {
 		return false
@@ -593,41 +534,8 @@ func (s *session) waitsParked(bs []*backend) bool {
 	return true
 }
 
-// waitReady waits until the client or one of bs has input (or hangs up),
-// with no goroutine reading either: the parking's epoll set wakes it. It
-// reports which: -1 for the client, i for bs[i]; false if the router
-// stops.
-func (s *session) waitReady(bs []*backend) (int, bool) {
-	for i, b := range bs {
-		if b.rd != nil && b.rd.Buffered() > 0 {
-			return i, true // read already: no socket shows it
-		}
-	}
-	if s.wake == nil {
-		s.wake = make(chan int, s.r.cfg.Groups+2) // a socket each, and stopping
-	}
-	s.fds = append(s.fds[:0], s.fd)
-	for _, b := range bs {
-		s.fds = append(s.fds, b.fd)
-	}
-	if !s.r.park.watch(s, s.fds, s.wake) {
-		return 0, false
-	}
-	i := <-s.wake
-	s.r.park.unwatch(s.fds)
-	for len(s.wake) > 0 {
-		// Another socket woke too: still readable, it wakes the next
-		// wait at once.
-		<-s.wake
-	}
-	if i == stopping {
-		return 0, false
-	}
-	return i - 1, true
-}
-
-// readWaiting reads what the client sent while its reserve waits (it has
-// some, or hung up: waitReady said so). A session holds at most waitCap of
+// readWaiting reads what the client sent while its reserve is suspended
+// (it has some, or hung up: the parking said so). A session holds at most waitCap of
 // input, as one server holds of a connection whose reserve waits: past
 // it, readWaiting reports false and the client's connection is closed.
 func (s *session) readWaiting() bool {

@@ -12,42 +12,33 @@ import (
 // its next command sooner is read by its session's goroutine, as before.
 const parkAfter = time.Second
 
-// parking holds the sessions of idle clients without a goroutine or a
-// read buffer each: an idle client then costs what its session knows (the
-// tube it uses, the tubes it watches, its backends). It also wakes the
-// sessions whose reserves wait (waitReady), which hold no goroutine but
-// their own and no buffer meanwhile. One goroutine waits on an epoll set of
-// those clients' sockets and of the backends' the reserves wait at. Each
-// is added level-triggered and once (EPOLLONESHOT), so input that came
-// before it was added wakes it at once, and removed when it wakes: a
-// parked session then runs on a goroutine of its own again, until its
-// client is idle once more. TLS clients are neither parked nor wait this
-// way: crypto/tls may hold input that their socket no longer shows.
+// parking holds the sessions of idle clients, and of clients whose
+// reserve waits (suspend), without a goroutine or a read buffer each: such
+// a client costs what its session knows (the tube it uses, the tubes it
+// watches, its backends, its reserve). One goroutine waits on an epoll set
+// of their sockets, and of the backends' that the reserves wait at. Each is
+// added level-triggered and once (EPOLLONESHOT), so input that came before
+// it was added wakes it at once; a session's sockets are all taken out
+// when one of them wakes it, and it runs on a goroutine of its own again.
+// TLS clients are never parked: crypto/tls may hold input that their
+// socket no longer shows.
 type parking struct {
 	r    *Router
 	epfd int
 	mu   sync.Mutex
-	// in are the sockets in the epoll set, each with what it wakes; nil
-	// once the router stopped.
+	// in are the sockets in the epoll set, each with the session it
+	// wakes; nil once the router stopped.
 	in map[int32]watched
-	// parked is how many sessions in has parked or suspended.
+	// parked is how many sessions in holds.
 	parked int
 }
 
-// watched is what a socket in the epoll set wakes: a parked session
-// (wake nil), or a session whose reserve waits (waitReady), told on wake
-// which of its sockets has input: i, -1 for its client's.
+// watched is a socket in the epoll set: the ith of its session's (fds),
+// its client's first.
 type watched struct {
-	s    *session
-	wake chan int
-	i    int
-	// susp: the session's reserve is suspended (suspend): woken, it runs
-	// on a goroutine of its own again, its other sockets taken out.
-	susp bool
+	s *session
+	i int
 }
-
-// stopping is what a waiting session is told when the router stops.
-const stopping = -2
 
 // newParking starts the parking of r's sessions, or reports why it
 // cannot (then no session parks).
@@ -79,66 +70,26 @@ func (p *parking) remove(fd int32) {
 	}
 }
 
-// park parks s, whose client's socket is fd; false if it cannot (the
-// router stopped), and s goes on reading its client itself.
-func (p *parking) park(s *session, fd int) bool {
+// park has s run on a goroutine of its own again (session.run) when one
+// of fds has input or hangs up, with s.rsv.woke saying which (-1: the
+// first, its client's socket); false if it cannot (the router stopped),
+// and s goes on on its goroutine.
+func (p *parking) park(s *session, fds []int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.in == nil || !p.add(fd, watched{s: s}) {
-		return false
-	}
-	p.parked++
-	return true
-}
-
-// watch has wake told when one of fds has input (or hangs up): its index
-// in fds. False if it cannot (the router stopped).
-func (p *parking) watch(s *session, fds []int, wake chan int) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.addAll(fds, watched{s: s, wake: wake})
-}
-
-// suspend has s run on a goroutine of its own again (resume) when one of
-// fds (its client's socket first) has input, with s.rsv.woke saying which;
-// false if it cannot (the router stopped).
-func (p *parking) suspend(s *session, fds []int) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.addAll(fds, watched{s: s, susp: true}) {
-		return false
-	}
-	p.parked++
-	return true
-}
-
-// addAll puts every one of fds in the epoll set, the ith to wake w with i,
-// or none; p.mu is held.
-func (p *parking) addAll(fds []int, w watched) bool {
 	if p.in == nil {
 		return false
 	}
 	for i, fd := range fds {
-		w.i = i
-		if !p.add(fd, w) {
+		if !p.add(fd, watched{s: s, i: i}) {
 			for _, f := range fds[:i] {
 				p.remove(int32(f))
 			}
 			return false
 		}
 	}
+	p.parked++
 	return true
-}
-
-// unwatch takes those of fds still in the epoll set out of it.
-func (p *parking) unwatch(fds []int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.in != nil {
-		for _, fd := range fds {
-			p.remove(int32(fd))
-		}
-	}
 }
 
 // run wakes the sessions whose clients or backends sent something (or
@@ -164,17 +115,10 @@ func (p *parking) run() {
 			if !ok {
 				continue
 			}
-			p.remove(ev.Fd)
-			if w.wake != nil {
-				w.wake <- w.i // room for each socket, and stopping
-				continue
+			for _, fd := range w.s.fds {
+				p.remove(int32(fd))
 			}
-			if w.susp {
-				for _, fd := range w.s.fds {
-					p.remove(int32(fd))
-				}
-				w.s.rsv.woke = w.i - 1
-			}
+			w.s.rsv.woke = w.i - 1
 			p.parked--
 			p.r.wg.Add(1)
 			go p.r.serveSession(w.s)
@@ -187,30 +131,24 @@ func (p *parking) run() {
 // stopped.
 const parkPoll = 500 * time.Millisecond
 
-// count is how many sessions are parked or suspended.
+// count is how many sessions are parked (idle, or their reserve
+// suspended).
 func (p *parking) count() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.parked
 }
 
-// end stops parking: the waits are told so, and the parked sessions end.
+// end stops parking, and ends the parked sessions: the router stops.
 func (p *parking) end() {
 	p.mu.Lock()
 	in := p.in
 	p.in = nil
-	told := map[chan int]bool{}
+	p.mu.Unlock()
 	parked := map[*session]bool{}
 	for _, w := range in {
-		switch {
-		case w.wake == nil:
-			parked[w.s] = true
-		case !told[w.wake]:
-			told[w.wake] = true
-			w.wake <- stopping
-		}
+		parked[w.s] = true
 	}
-	p.mu.Unlock()
 	for s := range parked {
 		s.end()
 	}

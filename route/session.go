@@ -50,13 +50,10 @@ type session struct {
 	// the session.
 	fd       int
 	deadline bool
-	// wake and fds are waitReady's and suspend's.
-	wake chan int
-	fds  []int
-	// rsv is the reserve under way; suspends: it may be suspended (a
-	// reserve the client sent last, not one pipelined behind others).
-	rsv      reserving
-	suspends bool
+	// fds are the sockets a suspended reserve waits on (suspend).
+	fds []int
+	// rsv is the reserve under way.
+	rsv reserving
 }
 
 // pending is one reply still to come to a client.
@@ -69,7 +66,7 @@ type pending struct {
 	own string
 	id  uint64 // the job the command names, for held
 	// wait: the command is a reserve, which may wait; its client is read
-	// meanwhile, as while any reserve waits (session.wait).
+	// meanwhile, as while any reserve waits (session.waitGo).
 	wait bool
 }
 
@@ -140,7 +137,8 @@ func (s *session) run() bool {
 			_ = s.c.SetReadDeadline(time.Time{})
 			s.deadline = false
 			s.buf, s.out, s.scratch = nil, nil, nil
-			if s.r.park.park(s, s.fd) {
+			s.fds = append(s.fds[:0], s.fd)
+			if s.r.park.park(s, s.fds) {
 				return true
 			}
 			continue
@@ -426,10 +424,7 @@ func (s *session) settle() bool {
 		if p.wait && p.b.rd.Buffered() == 0 {
 			// A reserve pipelined behind others waits here, within them:
 			// its session keeps its goroutine.
-			suspends := s.suspends
-			s.suspends = false
-			w, out := s.wait(p.b)
-			s.suspends = suspends
+			w, out := s.waitGo(p.b)
 			if out != answered {
 				return false
 			}
