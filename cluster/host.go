@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -77,6 +78,7 @@ func OpenHost(cfg Config, data, replicas int) (*Host, error) {
 		c := cfg
 		c.Dir = filepath.Join(cfg.Dir, "groups", strconv.Itoa(g))
 		c.links, c.group = zero.links, uint16(g)
+		c.Log = cfg.Log.With().Int("group", g).Logger()
 		if len(cfg.Bootstrap) > 0 {
 			c.Bootstrap = GroupMembers(cfg.Bootstrap, g, replicas)
 		}
@@ -131,6 +133,7 @@ func (h *Host) spread(every time.Duration) {
 			return
 		case <-t.C:
 		}
+		h.follow()
 		if nd, to := h.handOff(); nd != nil {
 			// A transfer that fails leaves the lead where it was (and
 			// TransferLeader fences it until a new round confirms it);
@@ -210,6 +213,55 @@ func (h *Host) handOff() (*Node, string) {
 	return nil, ""
 }
 
+// follow has each data group this node leads follow group 0's members
+// (Node.follow), when every member hosts every group. With replicas a
+// group's members are those GroupMembers placed it on, which a change of
+// group 0's members would place elsewhere: that is not carried out, and
+// group 0's members do not change (the HTTP side refuses it).
+func (h *Host) follow() {
+	if h.replicas > 0 || len(h.Groups) == 1 {
+		return
+	}
+	want := h.Groups[0].committed()
+	if !slices.ContainsFunc(want, func(s raft.Server) bool { return s.Suffrage == raft.Voter }) {
+		return
+	}
+	for _, nd := range h.Groups[1:] {
+		if nd != nil && nd.Raft.State() == raft.Leader {
+			nd.follow(want)
+		}
+	}
+}
+
+// AwaitLeft waits, at most wait, until no data group this node hosts
+// names it in its configuration, and says whether none does: a node
+// removed from group 0 stays until the data groups have removed it too
+// (follow), voting and handing over the leads it holds, so that no group
+// is left to elect a leader without it, which a group of two could not.
+func (h *Host) AwaitLeft(wait time.Duration) bool {
+	self := raft.ServerID(h.Groups[0].cfg.ID)
+	t := time.NewTicker(h.Groups[0].probeEvery())
+	defer t.Stop()
+	deadline := time.Now().Add(wait)
+	for {
+		in := false
+		for _, nd := range h.Groups[1:] {
+			if nd == nil {
+				continue
+			}
+			f := nd.Raft.GetConfiguration()
+			in = in || f.Error() != nil || slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.ID == self })
+		}
+		if !in {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-t.C
+	}
+}
+
 // spreadGroups are the groups whose leaders are spread: the data groups
 // when there are any (they run the commands; group 0 holds the members
 // alone then, and whoever leads it leads little), else group 0.
@@ -224,9 +276,15 @@ func (h *Host) spreadGroups() []int {
 	return gs
 }
 
-// readyToLead: the leader's last probe of member id answered and found it
-// caught up.
+// readyToLead: id is a voter of the group, and the leader's last probe of
+// it answered and found it caught up.
 func (n *Node) readyToLead(id string) bool {
+	f := n.Raft.GetConfiguration()
+	if f.Error() != nil || !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
+		return string(s.ID) == id && s.Suffrage == raft.Voter
+	}) {
+		return false
+	}
 	n.mem.mu.Lock()
 	defer n.mem.mu.Unlock()
 	h := n.mem.health[raft.ServerID(id)]
@@ -278,7 +336,11 @@ type GroupStatus struct {
 	State   string `json:"state"`  // this node's: leader, follower, candidate; elsewhere: not a member
 	Term    uint64 `json:"term"`
 	Members int    `json:"members"`
-	Jobs    int    `json:"jobs"` // in the group's replicated state on this node
+	// Voters and Nonvoters are the ids of the group's members, as this
+	// node's replica's latest configuration names them.
+	Voters    []string `json:"voters,omitempty"`
+	Nonvoters []string `json:"nonvoters,omitempty"`
+	Jobs      int      `json:"jobs"` // in the group's replicated state on this node
 	// CommitIndex and AppliedIndex are the group's raft indexes on this
 	// node, as GET /cluster gives group 0's.
 	CommitIndex  uint64 `json:"commit_index"`
@@ -299,6 +361,13 @@ func (h *Host) Status() any {
 		st := GroupStatus{Group: g, Leader: string(leader), State: stateName(nd.Raft.State()), Term: nd.Raft.CurrentTerm(),
 			Jobs: nd.FSM.jobCount(), CommitIndex: atou(nd.Raft.Stats()["commit_index"]), AppliedIndex: nd.Raft.AppliedIndex()}
 		if f := nd.Raft.GetConfiguration(); f.Error() == nil {
+			for _, s := range f.Configuration().Servers {
+				if s.Suffrage == raft.Voter {
+					st.Voters = append(st.Voters, string(s.ID))
+				} else {
+					st.Nonvoters = append(st.Nonvoters, string(s.ID))
+				}
+			}
 			st.Members = len(f.Configuration().Servers)
 		}
 		out = append(out, st)

@@ -391,12 +391,7 @@ func (n *Node) Add(id, raftAddr string) (string, error) {
 		return "", n.errFollower()
 	}
 	srv := raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(raftAddr)}
-	if n.FSM.leaving().id == id {
-		if err := n.Raft.Apply(leaveEntry(leaveRequest{}), 10*time.Second).Error(); err != nil {
-			return "", err
-		}
-	}
-	if err := n.Raft.AddNonvoter(srv.ID, srv.Address, 0, 10*time.Second).Error(); err != nil {
+	if err := n.addNonvoter(srv); err != nil {
 		return "", err
 	}
 	type found struct {
@@ -421,6 +416,98 @@ func (n *Node) Add(id, raftAddr string) (string, error) {
 	case <-time.After(5 * time.Second):
 		return "", fmt.Errorf("added %s at %s as a non-voter, but it has not answered within 5 s: it is not promoted while it does not answer; `beanpole cluster remove --id %s` takes it out", id, raftAddr, id)
 	}
+}
+
+// addNonvoter adds srv to the group as a non-voter, or updates a
+// member's address, having withdrawn a request to leave that names it
+// (leaveRequest). Leader only.
+func (n *Node) addNonvoter(srv raft.Server) error {
+	if n.FSM.leaving().id == string(srv.ID) {
+		if err := n.Raft.Apply(leaveEntry(leaveRequest{}), 10*time.Second).Error(); err != nil {
+			return err
+		}
+	}
+	return n.Raft.AddNonvoter(srv.ID, srv.Address, 0, 10*time.Second).Error()
+}
+
+// committed is the last configuration of the group this node saw
+// committed (noteDeparted; before any, its latest snapshot's), nil while
+// it knows none.
+func (n *Node) committed() []raft.Server {
+	n.mem.mu.Lock()
+	defer n.mem.mu.Unlock()
+	return slices.Clone(n.mem.seen)
+}
+
+// follow brings the members of this data group to those of group 0, want
+// (the last configuration of group 0 this node saw committed): it removes
+// the members want does not name, and adds each voter of want that the
+// group lacks as a non-voter (or gives a member the address want gives
+// it), which tend promotes once it has caught up, as it promotes a node
+// added to group 0. This node, if want leaves it out, leaves last, as a
+// leader asked to leave does (Remove: it hands the lead over first, and
+// the next leader removes it). Leader only. The changes are made one
+// after another on a goroutine of their own, while no other change of
+// the group's members or leader is on (mem.busy).
+func (n *Node) follow(want []raft.Server) {
+	f := n.Raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	have := f.Configuration().Servers
+	byID := func(id raft.ServerID) func(raft.Server) bool { return func(s raft.Server) bool { return s.ID == id } }
+	var drop, add []raft.Server
+	leave := false
+	for _, s := range have {
+		switch {
+		case slices.ContainsFunc(want, byID(s.ID)):
+		case string(s.ID) == n.cfg.ID:
+			leave = true
+		default:
+			drop = append(drop, s)
+		}
+	}
+	for _, w := range want {
+		if i := slices.IndexFunc(have, byID(w.ID)); w.Suffrage == raft.Voter && (i < 0 || have[i].Address != w.Address) {
+			add = append(add, raft.Server{ID: w.ID, Address: w.Address})
+		}
+	}
+	if len(drop)+len(add) == 0 && !leave || !n.mem.busy.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		if !n.changeMembers(drop, add) {
+			return
+		}
+		if leave {
+			if _, err := n.Remove(n.cfg.ID); err != nil {
+				n.cfg.Log.Warn().Err(err).Msg("cluster: this node is no member of group 0 and could not leave a data group it leads yet")
+			}
+		}
+	}()
+}
+
+// changeMembers removes the members drop and adds add as non-voters, and
+// says whether it made every change; it ends the change follow began.
+func (n *Node) changeMembers(drop, add []raft.Server) bool {
+	defer n.mem.busy.Store(false)
+	log := n.cfg.Log
+	for _, s := range drop {
+		if err := n.Raft.RemoveServer(s.ID, 0, 10*time.Second).Error(); err != nil {
+			log.Warn().Err(err).Str("node", string(s.ID)).Msg("cluster: could not remove from a data group a node group 0 no longer has")
+			return false
+		}
+		log.Info().Str("node", string(s.ID)).Msg("cluster: removed from a data group a node group 0 no longer has")
+	}
+	for _, s := range add {
+		if err := n.addNonvoter(s); err != nil {
+			log.Warn().Err(err).Str("node", string(s.ID)).Msg("cluster: could not add a voter of group 0 to a data group")
+			return false
+		}
+		log.Info().Str("node", string(s.ID)).Str("raft", string(s.Address)).
+			Msg("cluster: added a voter of group 0 to a data group as a non-voter: it becomes a voter once it has caught up")
+	}
+	return true
 }
 
 // memberHealth fills in what the leader's probes found of m.

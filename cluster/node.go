@@ -107,6 +107,12 @@ type Node struct {
 	mem         membership
 }
 
+// Made says whether dir was made a node's directory (Open) before.
+func Made(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "wal"))
+	return err == nil
+}
+
 // Open starts a node: its stores under cfg.Dir, its transport, and raft.
 // A node whose directory holds no state and that is given Bootstrap
 // bootstraps the group with those members (every initial member is given
@@ -225,6 +231,11 @@ func Open(cfg Config) (*Node, error) {
 	}
 	rp.Store(r)
 	nd := &Node{Raft: r, FSM: fsm, cfg: cfg, wal: w, trans: fenced, fenced: fenced, links: links, leading: leading, Fresh: !has, m: m}
+	// raft hands the FSM the configurations it commits from here on; the
+	// latest snapshot holds the one committed before.
+	if metas, err := snaps.List(); err == nil && len(metas) > 0 {
+		nd.mem.seen = metas[0].Configuration.Servers
+	}
 	nd.watchLeader()
 	nd.watchMembers()
 	return nd, nil

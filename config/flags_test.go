@@ -99,7 +99,8 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
             on its first start, ask the member whose --http is HOST:PORT
             to add this node (with the --http-token-file token), over
             HTTPS with the TLS files unless --http-plain; http://HOST:PORT
-            or https://HOST:PORT says which
+            or https://HOST:PORT says which; give the cluster's --groups
+            (not with --replicas)
  --cluster-import DIR
             seed an empty group with the jobs of the binlog in DIR
             (beanpole's, or beanstalkd's, which is imported first)
@@ -351,7 +352,13 @@ func TestParse(t *testing.T) {
 		{name: "groups past the bound", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--groups=257"},
 			stderr: usageErr("invalid value for --groups: 257 (want a number of data groups from 0 to 256)"), code: 5, done: true},
 		{name: "groups with join", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--groups=3", "--join=127.0.0.1:8080"},
-			stderr: usageErr("--groups does not go with --join or --cluster-import: a cluster of many groups keeps the members it was bootstrapped with and starts empty"), code: 5, done: true},
+			want: with(func(c *Config) {
+				c.ClusterDir, c.NodeID, c.RaftAddr, c.Groups, c.Join = "d", "a", "127.0.0.1:7000", 3, "127.0.0.1:8080"
+			})},
+		{name: "groups with cluster-import", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--groups=3", "--cluster-import=b"},
+			stderr: usageErr("--groups does not go with --cluster-import: a cluster of many groups starts empty"), code: 5, done: true},
+		{name: "replicas with join", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--groups=6", "--replicas=3", "--join=127.0.0.1:8080"},
+			stderr: usageErr("--replicas does not go with --join: a cluster whose data groups run on --replicas of the nodes keeps the members it was bootstrapped with (re-placing the groups' replicas is not built)"), code: 5, done: true},
 		{name: "replicas", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--groups=6", "--replicas", "3"},
 			want: with(func(c *Config) {
 				c.ClusterDir, c.NodeID, c.RaftAddr, c.Groups, c.Replicas = "d", "a", "127.0.0.1:7000", 6, 3

@@ -97,7 +97,8 @@ Cluster mode, instead of a binlog (see docs/cluster.md):
             on its first start, ask the member whose --http is HOST:PORT
             to add this node (with the --http-token-file token), over
             HTTPS with the TLS files unless --http-plain; http://HOST:PORT
-            or https://HOST:PORT says which
+            or https://HOST:PORT says which; give the cluster's --groups
+            (not with --replicas)
  --cluster-import DIR
             seed an empty group with the jobs of the binlog in DIR
             (beanpole's, or beanstalkd's, which is imported first)

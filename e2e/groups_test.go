@@ -406,6 +406,8 @@ type groupStatus struct {
 	Leader, State string
 	Term          uint64
 	Members, Jobs int
+	Voters        []string
+	Nonvoters     []string
 	CommitIndex   uint64 `json:"commit_index"`
 	AppliedIndex  uint64 `json:"applied_index"`
 }

@@ -79,27 +79,53 @@ func (s *Server) runGroups(host *cluster.Host) int {
 		log.Warn().Err(err).Msg("could not tell systemd the server is ready")
 	}
 	log.Info().Str("node", cfg.NodeID).Int("groups", n).Msg("cluster: serving clients; each command runs at the leader of its tube's group")
-	for c := range s.calls {
-		if c.stop {
-			log.Info().Str("signal", c.why).Msg("stopping: no new connections")
-			break
-		}
-		// Drain mode, as upstream: the groups this node leads refuse puts
-		// from now on, and so does each it leads later.
-		s.draining.Store(true)
-		s.groupEngines.Range(func(k, _ any) bool {
-			k.(*engine.Engine).SetDraining()
-			return true
-		})
-		s.adm.SetState(admin.Draining)
-		log.Info().Msg("drain mode (SIGUSR1): the groups this node leads refuse puts from now on")
-	}
+	removed := s.awaitStopOrRemoval(host)
 	s.adm.SetState(admin.Stopping)
 	_ = config.SdNotify("STOPPING=1")
 	rt.Stop()
 	cancel()
 	wg.Wait()
-	return leaveCluster(host, log)
+	code := leaveCluster(host, log)
+	if removed {
+		fmt.Fprintf(s.stderr, "beanpole: %v\n", errRemoved)
+		return config.ExitRemoved
+	}
+	return code
+}
+
+// leaveWait bounds how long a node removed from group 0 stays for the
+// data groups to remove it too.
+const leaveWait = 10 * time.Second
+
+// awaitStopOrRemoval takes drains until a stop, or until this node is
+// removed from group 0 (true): it then stays, serving, until every data
+// group has removed it too (Host.AwaitLeft), within leaveWait.
+func (s *Server) awaitStopOrRemoval(host *cluster.Host) bool {
+	log := s.log
+	for {
+		select {
+		case <-host.Groups[0].Removed():
+			log.Warn().Msg("cluster: this node was removed from group 0; it exits once the data groups have removed it too")
+			if !host.AwaitLeft(leaveWait) {
+				log.Warn().Dur("waited", leaveWait).Msg("cluster: a data group still names this node; it exits all the same")
+			}
+			return true
+		case c := <-s.calls:
+			if c.stop {
+				log.Info().Str("signal", c.why).Msg("stopping: no new connections")
+				return false
+			}
+			// Drain mode, as upstream: the groups this node leads refuse
+			// puts from now on, and so does each it leads later.
+			s.draining.Store(true)
+			s.groupEngines.Range(func(k, _ any) bool {
+				k.(*engine.Engine).SetDraining()
+				return true
+			})
+			s.adm.SetState(admin.Draining)
+			log.Info().Msg("drain mode (SIGUSR1): the groups this node leads refuse puts from now on")
+		}
+	}
 }
 
 // leadGroup serves data group g of n while this node leads it, until ctx
@@ -199,13 +225,14 @@ func stopLoops(srv *loop.Server) {
 	srv.Stop(ctx)
 }
 
-// fixedMembers is group 0 as the HTTP side sees it on a node of many
-// groups: a change of members would have to reach every group, each at its
-// own leader, which is not carried out; it is refused rather than made in
-// group 0 alone.
-type fixedMembers struct{ *cluster.Node }
+// placedMembers is group 0 as the HTTP side sees it on a node whose data
+// groups run on --replicas of the nodes: a change of members would
+// re-place the groups' replicas (GroupMembers), which is not built; it is
+// refused rather than made in group 0 alone.
+type placedMembers struct{ *cluster.Node }
 
-var errFixedMembers = errors.New("the members of a cluster of many groups (--groups) are those it was bootstrapped with: adding or removing a node is not carried out")
+var errPlacedMembers = errors.New("the members of a cluster whose data groups run on --replicas of the nodes are those it was bootstrapped with: " +
+	"adding or removing a node would re-place the groups' replicas, which is not built")
 
-func (fixedMembers) Add(string, string) (string, error) { return "", errFixedMembers }
-func (fixedMembers) Remove(string) (string, error)      { return "", errFixedMembers }
+func (placedMembers) Add(string, string) (string, error) { return "", errPlacedMembers }
+func (placedMembers) Remove(string) (string, error)      { return "", errPlacedMembers }

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -126,14 +128,19 @@ func (s *Server) openNode() (*cluster.Host, int) {
 			return cluster.NodeTLS(c.Certificates[0], c.ClientCAs)
 		}
 	}
+	if cfg.Join != "" && !cluster.Made(cfg.ClusterDir) {
+		if code := joinGroups(cfg, nodeTLS, s.stderr); code != 0 {
+			return nil, code
+		}
+	}
 	host, err := cluster.OpenHost(cluster.Config{ID: cfg.NodeID, Dir: cfg.ClusterDir, Raft: cfg.RaftAddr,
 		Bootstrap: members, TLS: nodeTLS, Log: s.log}, cfg.Groups, cfg.Replicas)
 	if err != nil {
 		fmt.Fprintf(s.stderr, "beanpole: %v\n", err)
 		return nil, 1
 	}
-	if cfg.Groups > 0 {
-		s.adm.SetCluster(fixedMembers{host.Groups[0]})
+	if cfg.Replicas > 0 {
+		s.adm.SetCluster(placedMembers{host.Groups[0]})
 	} else {
 		s.adm.SetCluster(host.Groups[0])
 	}
@@ -226,17 +233,17 @@ func seed(node *cluster.Node, dir string, log zerolog.Logger, stderr io.Writer) 
 	return 0
 }
 
-// join asks a member (--join, its --http address) to add this node. Over
-// HTTPS it trusts the group's CA and presents this node's certificate
-// (nodeTLS, the links' configuration), or with no nodeTLS the system's
-// CAs.
-func join(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer) int {
+// joinClient is the client --join asks its member through, and the
+// token it presents. Over HTTPS it trusts the group's CA and presents this
+// node's certificate (nodeTLS, the links' configuration), or with no
+// nodeTLS the system's CAs.
+func joinClient(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer) (*http.Client, string, int) {
 	var token string
 	if cfg.HTTPTokenFile != "" {
 		b, err := config.ReadToken(cfg.HTTPTokenFile)
 		if err != nil {
 			fmt.Fprintf(stderr, "beanpole: --http-token-file: %v\n", err)
-			return 1
+			return nil, "", 1
 		}
 		token = string(b)
 	}
@@ -244,7 +251,42 @@ func join(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer) int 
 	if nodeTLS != nil {
 		conf = nodeTLS()
 	}
-	client := clusterctl.Client(conf)
+	return clusterctl.Client(conf), token, 0
+}
+
+// joinGroups asks the member --join names how many data groups the
+// cluster has (GET /cluster/groups), before this node makes its
+// directory: a node joins with the cluster's --groups, since the tubes'
+// places and the jobs' ids depend on it.
+func joinGroups(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer) int {
+	client, token, code := joinClient(cfg, nodeTLS, stderr)
+	if code != 0 {
+		return code
+	}
+	var out bytes.Buffer
+	if code := clusterctl.Request(client, http.MethodGet, cfg.JoinURL(), "/cluster/groups", token, nil, &out, stderr); code != 0 {
+		fmt.Fprintf(stderr, "beanpole: --join %s: could not learn the cluster's number of data groups (above)\n", cfg.Join)
+		return code
+	}
+	var gs []struct{}
+	if err := json.Unmarshal(out.Bytes(), &gs); err != nil || len(gs) == 0 {
+		fmt.Fprintf(stderr, "beanpole: --join %s: GET /cluster/groups did not list the cluster's groups: %q\n", cfg.Join, out.String())
+		return 1
+	}
+	if n := len(gs) - 1; n != cfg.Groups {
+		fmt.Fprintf(stderr, "beanpole: --join %s: the cluster has %d data groups and this node was given --groups %d: "+
+			"a node joins with the cluster's number (--groups %d)\n", cfg.Join, n, cfg.Groups, n)
+		return config.ExitUsage
+	}
+	return 0
+}
+
+// join asks a member (--join, its --http address) to add this node.
+func join(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer) int {
+	client, token, code := joinClient(cfg, nodeTLS, stderr)
+	if code != 0 {
+		return code
+	}
 	form := url.Values{"id": {cfg.NodeID}, "raft": {cfg.RaftAddr}}
 	if code := clusterctl.Request(client, http.MethodPost, cfg.JoinURL(), "/cluster/add", token, form, io.Discard, stderr); code != 0 {
 		fmt.Fprintf(stderr, "beanpole: --join %s: this node was not added, or the leader cannot reach it at --raft %s (above)\n", cfg.Join, cfg.RaftAddr)
