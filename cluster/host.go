@@ -25,6 +25,11 @@ import (
 // no state of its own, so it goes on whatever happens between two looks:
 // a node that dies leaves its groups to elections, and the nodes that won
 // them give some back once it is up and caught up again.
+//
+// Without replicas, each data group's leader makes the group's members
+// follow group 0's (follow), so a node added to or removed from group 0
+// joins or leaves every group, and the spreading, which reads group 0's
+// voters at each look, gives a joined node its share of the leads.
 type Host struct {
 	// Groups[g] is this node's replica of group g, nil for a data group
 	// it does not host.

@@ -51,6 +51,12 @@ import (
 // the node answers that it holds them. Only a leader sends them, only
 // entries it has committed, and only over the group's links (mutual TLS
 // with a node's certificate when the links are secured, tls.go).
+//
+// A data group of a host whose every member hosts every group follows
+// group 0's members (follow, called by the host): its leader adds group
+// 0's voters as non-voters, which the same probes promote, removes the
+// members group 0 no longer has, and leaves last itself, handing the lead
+// over as above.
 
 const (
 	// maxTrailing is how many entries a non-voter may lag the leader's
