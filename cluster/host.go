@@ -227,8 +227,13 @@ func (h *Host) follow() {
 	if h.replicas > 0 || len(h.Groups) == 1 {
 		return
 	}
-	want := h.Groups[0].committed()
-	if !slices.ContainsFunc(want, func(s raft.Server) bool { return s.Suffrage == raft.Voter }) {
+	// Only a configuration that is group 0's latest here as well: a
+	// replica of group 0 that has not yet applied the configurations in
+	// its log (a node restarted) knows an older one committed.
+	zero := h.Groups[0]
+	want, f := zero.committed(), zero.Raft.GetConfiguration()
+	if f.Error() != nil || !slices.Equal(f.Configuration().Servers, want) ||
+		!slices.ContainsFunc(want, func(s raft.Server) bool { return s.Suffrage == raft.Voter }) {
 		return
 	}
 	for _, nd := range h.Groups[1:] {
