@@ -29,6 +29,9 @@ type hostCluster struct {
 	replicas int
 	ports    []*linkLayer
 	hosts    []*Host // nil while stopped
+	// booted is how many of the members bootstrapped the groups; the
+	// others join (join).
+	booted int
 }
 
 func newHostCluster(t testing.TB, n, groups int, ca *testCA) *hostCluster {
@@ -38,7 +41,7 @@ func newHostCluster(t testing.TB, n, groups int, ca *testCA) *hostCluster {
 // newReplicatedHosts is newHostCluster with each data group on replicas of
 // the nodes.
 func newReplicatedHosts(t testing.TB, n, groups, replicas int, ca *testCA) *hostCluster {
-	c := &hostCluster{t: t, groups: groups, replicas: replicas, ports: make([]*linkLayer, n), hosts: make([]*Host, n)}
+	c := &hostCluster{t: t, groups: groups, replicas: replicas, ports: make([]*linkLayer, n), hosts: make([]*Host, n), booted: n}
 	for i := range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -75,7 +78,7 @@ func (c *hostCluster) open(i int) {
 		}
 		c.ports[i] = newLinkLayer(ln, c.tls[i], func() []string { return []string{"127.0.0.1"} }, linkGreeting)
 	}
-	h, err := OpenHost(Config{ID: c.members[i].ID, Dir: c.dirs[i], Raft: c.members[i].Raft, Bootstrap: c.members,
+	h, err := OpenHost(Config{ID: c.members[i].ID, Dir: c.dirs[i], Raft: c.members[i].Raft, Bootstrap: c.members[:c.booted],
 		Log: zerolog.Nop(), links: c.ports[i]}, c.groups-1, c.replicas)
 	if err != nil {
 		c.t.Fatal(err)
@@ -358,4 +361,107 @@ func (c *hostCluster) agreeOnLeaders() {
 		}
 		return true
 	})
+}
+
+// join opens one more host, with the bootstrapped members' groups, and
+// has group 0's leader add it; it returns the host's index.
+func (c *hostCluster) join() int {
+	c.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	i := len(c.members)
+	c.members = append(c.members, Member{ID: fmt.Sprintf("n%d", i+1), Raft: ln.Addr().String()})
+	c.dirs = append(c.dirs, c.t.TempDir())
+	c.tls = append(c.tls, nil)
+	c.ports = append(c.ports, newLinkLayer(ln, nil, func() []string { return []string{"127.0.0.1"} }, linkGreeting))
+	c.hosts = append(c.hosts, nil)
+	c.open(i)
+	if _, err := c.zeroLeader().Add(c.members[i].ID, c.members[i].Raft); err != nil {
+		c.t.Fatal(err)
+	}
+	return i
+}
+
+// zeroLeader is group 0's leader among the running hosts, once there is one.
+func (c *hostCluster) zeroLeader() *Node {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, h := range c.hosts {
+			if h != nil && h.Groups[0].Raft.State() == raft.Leader {
+				return h.Groups[0]
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.t.Fatal("group 0 has no leader")
+	return nil
+}
+
+// allVoters waits until every running host's every group has the voters
+// ids, and no other member.
+func (c *hostCluster) allVoters(ids ...string) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var off string
+		for i, h := range c.hosts {
+			for g := 0; h != nil && g < c.groups && off == ""; g++ {
+				var got []string
+				for _, s := range h.Groups[g].Raft.GetConfiguration().Configuration().Servers {
+					if s.Suffrage != raft.Voter {
+						s.ID += " (non-voter)"
+					}
+					got = append(got, string(s.ID))
+				}
+				if slices.Sort(got); !slices.Equal(got, ids) {
+					off = fmt.Sprintf("group %d on %s: %v", g, c.members[i].ID, got)
+				}
+			}
+		}
+		if off == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the groups' members are not %v within 30 s: %s", ids, off)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A node added to group 0 joins every data group, as a voter once it has
+// caught up, and is given its share of the leads; a node removed from
+// group 0 leaves every data group, those it led last, and its leads go
+// to the others.
+func TestHostDataGroupsFollowGroupZerosMembers(t *testing.T) {
+	c := newHostCluster(t, 3, 5, nil) // four data groups
+	c.spread()
+	c.join()
+	c.allVoters("n1", "n2", "n3", "n4")
+	for id, n := range c.spread() {
+		if n != 1 {
+			t.Fatalf("with n4 joined, %s leads %d data groups, want 1", id, n)
+		}
+	}
+	// n2 leads a data group (the one it is the first member of) and may
+	// lead group 0: either way it leaves every group.
+	if _, err := c.zeroLeader().Remove("n2"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.hosts[1].Groups[0].Removed():
+	case <-time.After(30 * time.Second):
+		t.Fatal("n2 was not told of its removal from group 0")
+	}
+	if !c.hosts[1].AwaitLeft(30 * time.Second) {
+		t.Fatal("a data group still names n2 30 s after its removal from group 0")
+	}
+	c.stop(1)
+	c.allVoters("n1", "n3", "n4")
+	counts := c.spread()
+	if len(counts) != 3 || counts["n1"]+counts["n3"]+counts["n4"] != 4 {
+		t.Fatalf("with n2 removed, the leads: %v", counts)
+	}
 }
