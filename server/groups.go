@@ -27,7 +27,8 @@ const leaderWait = 10 * time.Second
 // group, while this node leads it, an engine serves the routers of every
 // node on an internal listener beside the raft port. With the links' TLS
 // files, the internal listeners and the routers' connections to them use
-// the links' mutual TLS.
+// the links' mutual TLS. A node removed from group 0 exits with
+// config.ExitRemoved once the data groups have removed it too.
 func (s *Server) runGroups(host *cluster.Host) int {
 	cfg, log := s.cfg, s.log
 	n := len(host.Groups) - 1

@@ -109,7 +109,8 @@ func (s *Server) runNode() int {
 }
 
 // openNode opens this node's host of the group and, on its first start
-// with --join, asks a member to add it. With the links' TLS files, the
+// with --join, asks a member to add it, having first asked it how many
+// data groups the cluster has (joinGroups). With the links' TLS files, the
 // links between nodes use mutual TLS with the files loaded last.
 func (s *Server) openNode() (*cluster.Host, int) {
 	cfg := s.cfg

@@ -37,14 +37,17 @@ usually the nodes' --tls-client-ca; without it the system's CAs are used.
   groups                         the node's view of every raft group it
                                  hosts (group 0, and with --groups the
                                  data groups): leader, its own state, term,
-                                 members, jobs (JSON; needs the token)
+                                 members (voters, non-voters), jobs (JSON;
+                                 needs the token)
   add --id ID --raft HOST:PORT   add a node to the group as a non-voter,
                                  promoted to voter once it has caught up
                                  (fails, naming the error, when the node
-                                 does not answer there)
+                                 does not answer there); with --groups,
+                                 every data group then adds it
   remove --id ID                 take a node out of the group (the leader
-                                 hands the lead over first); the removed
-                                 node exits with status 78
+                                 hands the lead over first), and with
+                                 --groups out of every data group; the
+                                 removed node exits with status 78
   transfer-leader [--id ID]      hand the lead to voter ID (default: the
                                  most up-to-date one)
 `
