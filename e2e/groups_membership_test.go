@@ -132,6 +132,15 @@ func TestGroupsANodeJoinsEveryGroupAndARemovedOneLeavesThem(t *testing.T) {
 	for _, nd := range tc.nodes {
 		allThere(nd)
 	}
+	// Killed and started again, the joined node is what its directory
+	// says: a member of every group, given its lead back.
+	n4.srv.stop()
+	tc.start(n4, "--join", lead.http)
+	tc.everyGroupHas("n1", "n2", "n3", "n4")
+	if leaders = tc.settled(n4, 60*time.Second); !slices.Contains(leaders[1:], n4.id) {
+		t.Fatalf("the restarted n4 leads no data group: %v", leaders)
+	}
+	allThere(n4)
 
 	// Remove a node that leads a data group, through group 0's leader;
 	// then group 0's leader itself, which hands the lead over first; then,
