@@ -7,11 +7,10 @@ import (
 	"net/http"
 	"net/netip"
 	"sync/atomic"
-	"syscall"
 
+	"github.com/beanpole/beanpole/internal/fds"
 	"github.com/beanpole/beanpole/internal/share"
 	"github.com/rs/zerolog"
-	"golang.org/x/sys/unix"
 )
 
 // Connections.
@@ -66,7 +65,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		short := l.shortOfFDs(c)
+		short := fds.ConnShort(c, 1, l.reserve)
 		lc := &limitedConn{Conn: c, l: l}
 		if !short {
 			lc.admit(share.ClientOfAddr(c.RemoteAddr()))
@@ -106,30 +105,6 @@ func (c *limitedConn) admit(key netip.Prefix) {
 	if out == share.TookIdle || out == share.TookOver {
 		l.evicted.Add(1)
 	}
-}
-
-// shortOfFDs: c's descriptor is within the reserve of the open-file limit.
-// Linux hands out the lowest free number, so a descriptor below
-// limit − reserve leaves every number from there up free.
-func (l *limitListener) shortOfFDs(c net.Conn) bool {
-	if l.reserve <= 0 {
-		return false
-	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var lim unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) != nil {
-		return false
-	}
-	short := false
-	_ = rc.Control(func(fd uintptr) { short = uint64(fd)+uint64(l.reserve) >= lim.Cur })
-	return short
 }
 
 // limitedConn gives its place back when closed (once, however often

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/beanpole/beanpole/internal/fds"
 	"golang.org/x/sys/unix"
 )
 
@@ -195,21 +197,7 @@ func (f *Forwarder) accept(ln net.Listener, tls bool) {
 // leave fewer than the reserve free under the open-file limit; if so it
 // has closed c and counted a client shed.
 func (f *Forwarder) short(c net.Conn, need int) bool {
-	if f.reserve <= 0 {
-		return false
-	}
-	var lim unix.Rlimit
-	sc, ok := c.(syscall.Conn)
-	if !ok || unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) != nil {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	short := false
-	_ = rc.Control(func(fd uintptr) { short = uint64(fd)+uint64(need-1+f.reserve) >= lim.Cur })
-	if !short {
+	if !fds.ConnShort(c, need, f.reserve) {
 		return false
 	}
 	// Counted before the close, so that a client that sees it closed

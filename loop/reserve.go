@@ -1,6 +1,10 @@
 package loop
 
-import "golang.org/x/sys/unix"
+import (
+	"golang.org/x/sys/unix"
+
+	"github.com/beanpole/beanpole/internal/fds"
+)
 
 // Descriptors in reserve.
 //
@@ -24,8 +28,7 @@ import "golang.org/x/sys/unix"
 // reserveShort reports whether a connection on fd would leave fewer than
 // ReserveFDs descriptors free; if so it has closed fd.
 func (a *acceptor) reserveShort(fd int) bool {
-	var lim unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) != nil || !shortOfFDs(fd, lim.Cur, a.s.cfg.ReserveFDs) {
+	if !fds.Short(fd, 1, a.s.cfg.ReserveFDs) {
 		return false
 	}
 	unix.Close(fd)
@@ -36,10 +39,4 @@ func (a *acceptor) reserveShort(fd int) bool {
 			Msg("near the open-file limit: closing new connections to keep descriptors for the binlog or raft")
 	}
 	return true
-}
-
-// shortOfFDs: a connection holding descriptor fd would leave fewer than
-// reserve descriptors free under the limit.
-func shortOfFDs(fd int, limit uint64, reserve int) bool {
-	return uint64(fd)+uint64(reserve) >= limit
 }

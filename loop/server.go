@@ -115,7 +115,7 @@ type Server struct {
 
 	// handshakes are the TLS handshakes in progress; tlsShed counts the
 	// TLS connections closed unstarted, or cut short, because
-	// maxHandshakes were, shedWarned is when that was last logged (see
+	// share.Handshakes() were, shedWarned is when that was last logged (see
 	// ServeTLS).
 	handshakes share.Table
 	tlsShed    atomic.Uint64

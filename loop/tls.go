@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/beanpole/beanpole/internal/fds"
 	"github.com/beanpole/beanpole/internal/share"
 	"golang.org/x/sys/unix"
 )
@@ -25,14 +26,14 @@ import (
 // before it is answered, then the connection closes. The loop's close
 // sends close_notify before the FIN.
 //
-// A handshake must finish within TLSHandshakeTimeout: a client
+// A handshake must finish within share.HandshakeTimeout: a client
 // that connects and sends nothing is cut then; one that sends plaintext or
 // garbage fails the handshake at its first bytes and is closed at once.
 // Failed handshakes are counted (TLSHandshakeFailures) and logged at most
 // once a second.
 //
-// Handshakes in progress are bounded (maxHandshakes): each holds a
-// descriptor and a goroutine for up to TLSHandshakeTimeout, so clients
+// Handshakes in progress are bounded (share.Handshakes): each holds a
+// descriptor and a goroutine for up to share.HandshakeTimeout, so clients
 // that connect and stall could otherwise take every descriptor, and the
 // plaintext listener, established TLS connections and the HTTP side with
 // them. The bound is shared among client addresses (package share): one
@@ -42,9 +43,6 @@ import (
 // more than a quarter; otherwise the new connection is closed at once.
 // Either way one connection is shed: counted (TLSHandshakesShed) and
 // logged at most once a second.
-
-// TLSHandshakeTimeout is how long a TLS handshake may take.
-const TLSHandshakeTimeout = 10 * time.Second
 
 // ServeTLS is Serve for a TLS listener: the same accept path (descriptor
 // limit, reserve, refusals), each connection handed to a loop once its
@@ -63,12 +61,12 @@ func (s *Server) serveTLS(ln net.Listener, conf *tls.Config, internal bool) erro
 	return s.serve(ln, func(fd int, local net.Addr) {
 		remote := peerAddr(fd)
 		raw := &fileConn{File: os.NewFile(uintptr(fd), ""), local: local, remote: remote}
-		_ = raw.SetDeadline(time.Now().Add(TLSHandshakeTimeout))
+		_ = raw.SetDeadline(time.Now().Add(share.HandshakeTimeout))
 		// Cut short to make room for another client's: the handshake
 		// fails at once, as at its timeout.
 		cut := func() { _ = raw.SetDeadline(time.Now()) }
-		limit := maxHandshakes()
-		place, out := s.handshakes.Take(share.ClientOfAddr(remote), int(limit), cut)
+		limit := share.Handshakes()
+		place, out := s.handshakes.Take(share.ClientOfAddr(remote), limit, cut)
 		if out == share.Refused {
 			_ = raw.Close()
 			s.shed(limit)
@@ -80,29 +78,12 @@ func (s *Server) serveTLS(ln net.Listener, conf *tls.Config, internal bool) erro
 
 // shed counts and logs a TLS connection closed, or its handshake cut
 // short, because limit handshakes were in progress.
-func (s *Server) shed(limit int64) {
+func (s *Server) shed(limit int) {
 	s.tlsShed.Add(1)
 	s.warnEvery(&s.shedWarned, func() {
-		s.log.Warn().Int64("handshakes", limit).Uint64("shed", s.tlsShed.Load()).
+		s.log.Warn().Int("handshakes", limit).Uint64("shed", s.tlsShed.Load()).
 			Msg("too many TLS handshakes in progress: closing new TLS connections at once, or the oldest handshakes of an address past its share")
 	})
-}
-
-// maxTLSHandshakes bounds the TLS handshakes in progress however high the
-// open-file limit: a thousand handshakes a second from a legitimate
-// crowd finish long before a thousand more arrive.
-const maxTLSHandshakes = 1024
-
-// maxHandshakes is how many TLS handshakes may be in progress at once: a
-// quarter of the open-file limit, read at each connection like the
-// reserve (so a limit changed while serving applies at once), at most
-// maxTLSHandshakes.
-func maxHandshakes() int64 {
-	var lim unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) != nil {
-		return maxTLSHandshakes
-	}
-	return int64(max(1, min(maxTLSHandshakes, lim.Cur/4)))
 }
 
 // TLSHandshakeFailures is how many TLS handshakes failed or timed out.
@@ -147,7 +128,7 @@ func (s *Server) handshake(raw *fileConn, place *share.Place, conf *tls.Config, 
 	err := tc.Handshake()
 	if held := s.handshakes.Release(place); err != nil && !held {
 		// Cut short for another client's (ServeTLS).
-		s.shed(maxHandshakes())
+		s.shed(share.Handshakes())
 		_ = raw.Close()
 		return
 	}
@@ -166,7 +147,7 @@ func (s *Server) handshake(raw *fileConn, place *share.Place, conf *tls.Config, 
 	// Go's poller lets go of a descriptor only by closing it: the loop
 	// takes a duplicate, and the socket stays open through the swap.
 	loopFD, err := detach(raw)
-	if err == nil && s.cfg.ReserveFDs > 0 && s.shortOfFDs(loopFD) {
+	if err == nil && fds.Short(loopFD, 1, s.cfg.ReserveFDs) {
 		unix.Close(loopFD)
 		err = errors.New("near the open-file limit: descriptors are kept for the binlog")
 	}
@@ -199,12 +180,6 @@ func detach(f *fileConn) (int, error) {
 		return -1, err
 	}
 	return dup, nil
-}
-
-// shortOfFDs: holding descriptor fd leaves fewer than ReserveFDs free.
-func (s *Server) shortOfFDs(fd int) bool {
-	var lim unix.Rlimit
-	return unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && shortOfFDs(fd, lim.Cur, s.cfg.ReserveFDs)
 }
 
 // warnEvery runs warn unless it ran less than a second ago (last holds

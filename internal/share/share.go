@@ -26,6 +26,9 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Fraction is the share of the limit a client keeps when others wait: a
@@ -228,4 +231,28 @@ func (t *Table) Len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.n
+}
+
+// TLS handshakes in progress are places shared this way: each holds a
+// descriptor and a goroutine until it ends, so clients that connect and
+// stall could otherwise take every descriptor. A handshake must finish
+// within HandshakeTimeout, and at most Handshakes() may be in progress.
+
+// HandshakeTimeout is how long a TLS handshake may take.
+const HandshakeTimeout = 10 * time.Second
+
+// maxHandshakes bounds the TLS handshakes in progress however high the
+// open-file limit: a thousand handshakes a second from a legitimate crowd
+// finish long before a thousand more arrive.
+const maxHandshakes = 1024
+
+// Handshakes is how many TLS handshakes may be in progress at once: a
+// quarter of the open-file limit, read at each call (so a limit changed
+// while serving applies at once), at most maxHandshakes.
+func Handshakes() int {
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) != nil {
+		return maxHandshakes
+	}
+	return int(max(1, min(maxHandshakes, lim.Cur/4)))
 }
