@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -229,11 +232,29 @@ func TestGroupsPipelinedReservesAreAnsweredInOrder(t *testing.T) {
 // A client of a node of many groups that sends nothing for a second is
 // parked: its session keeps what it knows (the tube it uses, the tubes it
 // watches) but no goroutine or read buffer, and it is served again as soon
-// as it sends, or ended as soon as it hangs up.
+// as it sends, or ended as soon as it hangs up. Half the clients are TLS
+// clients, parked alike; a TLS worker's reserve that waits is suspended,
+// and what it sends meanwhile, a record at a time, is run once a job
+// answers it.
 func TestGroupsIdleClientsAreParkedAndServedWhenTheySend(t *testing.T) {
 	const groups, clients = 3, 40
-	tc := startGroupsCluster(t, 3, groups)
+	ca := newTestCA(t, "cluster CA")
+	tc := newTestCluster(t, 3)
+	tc.args = []string{"--groups", strconv.Itoa(groups)}
+	tlsAddr := tc.startServingTLS(ca)
+	tc.settled(tc.nodes[0], 60*time.Second)
 	nd := tc.nodes[0]
+	_, _, worker := ca.issue(t, "worker", clientCert)
+	dialTLS := func() *conn {
+		t.Helper()
+		nc, err := tls.DialWithDialer(&net.Dialer{Timeout: defaultTimeout}, "tcp", tlsAddr[nd],
+			&tls.Config{RootCAs: ca.pool(), Certificates: []tls.Certificate{worker}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		return &conn{nc: nc}
+	}
 	parked := func() float64 {
 		m := metric(scrape(t, "http://"+nd.http), "beanpole_route_parked_clients", "")
 		if m == nil {
@@ -246,7 +267,11 @@ func TestGroupsIdleClientsAreParkedAndServedWhenTheySend(t *testing.T) {
 	tubes := make([]string, clients)
 	for i := range cs {
 		tubes[i] = tubeOfGroup(1+i%groups, groups, fmt.Sprintf("park%d-", i))
-		cs[i] = nd.srv.dial(t)
+		if i%2 == 0 {
+			cs[i] = nd.srv.dial(t)
+		} else {
+			cs[i] = dialTLS()
+		}
 		mustSend(t, cs[i], "use "+tubes[i]+"\r\nwatch "+tubes[i]+"\r\nignore default\r\n")
 		expect(t, cs[i], "USING "+tubes[i]+"\r\nWATCHING 2\r\nWATCHING 1\r\n")
 	}
@@ -268,6 +293,25 @@ func TestGroupsIdleClientsAreParkedAndServedWhenTheySend(t *testing.T) {
 	}
 	// Parked again, then gone: their sessions end.
 	waitFor(t, 60*time.Second, "the clients to be parked again", func() bool { return parked() >= base+clients })
+	// A TLS worker's wait, suspended.
+	w, p := dialTLS(), dialTLS()
+	tube := tubeOfGroup(2, groups, "tlswait")
+	mustSend(t, w, "watch "+tube+"\r\nignore default\r\n")
+	expect(t, w, "WATCHING 2\r\nWATCHING 1\r\n")
+	mustSend(t, p, "use "+tube+"\r\n")
+	expect(t, p, "USING "+tube+"\r\n")
+	before := parked()
+	mustSend(t, w, "reserve\r\n")
+	waitFor(t, 60*time.Second, "the TLS worker's reserve to be suspended", func() bool { return parked() >= before+1 })
+	for _, cmd := range []string{"list-tube-used\r\n", "use ", tube + "\r\n"} {
+		mustSend(t, w, cmd)
+	}
+	expectNothing(t, w, 20*time.Millisecond)
+	mustSend(t, p, "put 0 0 60 2\r\nhi\r\n")
+	id := readInserted(t, p, defaultTimeout)
+	expect(t, w, fmt.Sprintf("RESERVED %d 2\r\nhi\r\nUSING default\r\nUSING %s\r\n", id, tube))
+	w.nc.Close()
+	p.nc.Close()
 	for _, c := range cs {
 		c.nc.Close()
 	}

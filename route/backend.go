@@ -53,6 +53,9 @@ var (
 var (
 	errNoLeader    = errors.New("route: the group has no leader")
 	errBackendLost = errors.New("route: a connection to a group's leader was lost")
+	// errShortOfFDs: a connection to a group would take a descriptor
+	// kept for raft (Config.ReserveFDs).
+	errShortOfFDs = errors.New("route: near the open-file limit: no connection to a group, to keep descriptors for raft")
 )
 
 // backend is the session's backend of group g, opened once the group has
@@ -96,7 +99,13 @@ func (s *session) backend(g int) (*backend, error) {
 		// going, and the router has not heard of the next yet.
 		if at := s.r.leaders[g].Load(); at != nil && at.addr != "" && at != s.gone[g] {
 			addr := at.addr
-			if c, err := s.r.cfg.Dial(addr); err == nil {
+			c, err := s.r.cfg.Dial(addr)
+			if err == nil && s.r.short(socket(c)) {
+				// The descriptors left are raft's: the client's
+				// connection is closed, as a new client's would be.
+				return nil, fmt.Errorf("%w: group %d", errShortOfFDs, g)
+			}
+			if err == nil {
 				b := &backend{g: g, addr: addr, c: c, use: "default", watch: []string{"default"}, held: map[uint64]struct{}{}, fd: -1}
 				if fd, ok := descriptor(socket(c)); ok {
 					b.fd = fd

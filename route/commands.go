@@ -520,8 +520,8 @@ func (s *session) wait(b *backend) ([]byte, outcome) {
 }
 
 // waitsParked reports whether the session's reserve can be suspended
-// while it waits at bs: its client is plaintext, the router parks, and
-// bs's sockets are known.
+// while it waits at bs: the router parks, and the sockets of the client
+// and of bs are known.
 func (s *session) waitsParked(bs []*backend) bool {
 	if s.fd < 0 || s.r.park == nil {
 		return false
@@ -538,19 +538,44 @@ func (s *session) waitsParked(bs []*backend) bool {
 // (it has some, or hung up: the parking said so). A session holds at most waitCap of
 // input, as one server holds of a connection whose reserve waits: past
 // it, readWaiting reports false and the client's connection is closed.
+//
+// A TLS client's socket may show only part of a record, which crypto/tls
+// waits for the rest of: the read gives up after tlsWaitRead, and the
+// session is suspended again (the rest wakes it). Its socket may also
+// have brought more records than one read takes, which it shows no more:
+// those are read at once, without waiting, until crypto/tls holds none.
 func (s *session) readWaiting() bool {
 	if s.deadline {
 		_ = s.c.SetReadDeadline(time.Time{})
 		s.deadline = false
 	}
-	s.buf = slices.Grow(s.buf, readChunk)
-	n, err := s.c.Read(s.buf[len(s.buf) : len(s.buf)+readChunk])
-	s.buf = s.buf[:len(s.buf)+n]
-	if err != nil {
-		s.ended = true
+	isTLS := socket(s.c) != s.c
+	if isTLS {
+		_ = s.c.SetReadDeadline(time.Now().Add(tlsWaitRead))
+		defer s.c.SetReadDeadline(time.Time{})
 	}
-	return len(s.buf) <= s.r.waitCap
+	for {
+		s.buf = slices.Grow(s.buf, readChunk)
+		n, err := s.c.Read(s.buf[len(s.buf) : len(s.buf)+readChunk])
+		s.buf = s.buf[:len(s.buf)+n]
+		switch {
+		case len(s.buf) > s.r.waitCap:
+			return false
+		case err != nil:
+			s.ended = s.ended || !isTimeout(err)
+			return true
+		case !isTLS:
+			return true
+		}
+		// Only what crypto/tls holds: a deadline passed reads nothing
+		// more from the socket.
+		_ = s.c.SetReadDeadline(time.Unix(1, 0))
+	}
 }
+
+// tlsWaitRead bounds how long a suspended reserve's session waits for the
+// rest of a TLS record its client's socket showed part of.
+const tlsWaitRead = 10 * time.Millisecond
 
 // waitGo is wait with a goroutine reading b, and one reading the client
 // once the wait takes watchAfter.

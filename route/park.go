@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// parkAfter is how long a plaintext client may send nothing, with nothing
+// parkAfter is how long a client may send nothing, with nothing
 // of its own on the way, before its session is parked: a client that sends
 // its next command sooner is read by its session's goroutine, as before.
 const parkAfter = time.Second
@@ -20,8 +20,11 @@ const parkAfter = time.Second
 // added level-triggered and once (EPOLLONESHOT), so input that came before
 // it was added wakes it at once; a session's sockets are all taken out
 // when one of them wakes it, and it runs on a goroutine of its own again.
-// TLS clients are never parked: crypto/tls may hold input that their
-// socket no longer shows.
+//
+// A TLS client is parked only when a read of it has timed out having
+// given nothing: crypto/tls then holds no record whole (it reads a
+// record it holds before it asks the socket), at most part of one, whose
+// rest will come on the socket.
 type parking struct {
 	r    *Router
 	epfd int
@@ -154,8 +157,8 @@ func (p *parking) end() {
 	}
 }
 
-// descriptor is the socket under a plaintext client's connection, if it
-// may be parked.
+// descriptor is c's socket (socket: the one under its TLS), if it may be
+// parked.
 func descriptor(c net.Conn) (int, bool) {
 	sc, ok := c.(syscall.Conn)
 	if !ok {

@@ -12,7 +12,7 @@
 // (stats, list-tubes).
 //
 // A session runs on a goroutine of its own while it has work; the session
-// of a plaintext client that is idle, or whose reserve waits, holds none
+// of a client that is idle, or whose reserve waits, holds none
 // (park.go): one goroutine waits on an epoll set of their sockets.
 //
 // When a group's leader dies, stops or hands its lead over, a session's
@@ -34,6 +34,9 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/beanpole/beanpole/internal/fds"
+	"github.com/beanpole/beanpole/internal/share"
 )
 
 // Config is what a router needs of its node.
@@ -52,6 +55,11 @@ type Config struct {
 	// LeaderWait bounds how long a command waits for its group to have a
 	// leader (an election) before its client's connection is closed.
 	LeaderWait time.Duration
+	// ReserveFDs is how many descriptors under the open-file limit the
+	// router leaves to raft (cluster.ReserveFDs): a client, or a session's
+	// connection to a group, that would take one of them is closed at
+	// once. 0: none kept.
+	ReserveFDs int
 	Log        zerolog.Logger
 }
 
@@ -77,6 +85,18 @@ type Router struct {
 	// waitCap bounds the input a session holds while a reserve waits, as
 	// one server bounds a waiting connection's: max(4 MiB, 2 × (-z + 256)).
 	waitCap int
+	// handshakes are the TLS handshakes in progress, shared among client
+	// addresses (share.Handshakes of them at most).
+	handshakes share.Table
+	// refused counts the clients and the connections to groups closed to
+	// keep descriptors for raft; tlsFailed the TLS handshakes that failed
+	// or timed out, tlsShed the TLS clients closed, or their handshakes
+	// cut short, at the handshakes' bound; tlsOpen the TLS clients whose
+	// handshake is done.
+	refused, tlsFailed, tlsShed atomic.Uint64
+	tlsOpen                     atomic.Int64
+	// warned is when a line about refusing or shedding was last logged.
+	warned atomic.Int64
 }
 
 // leaderRefresh is how often the router looks up where each group's
@@ -238,8 +258,12 @@ func (r *Router) serve(ln net.Listener, conf func() *tls.Config) error {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		if r.short(c) {
+			continue
+		}
 		if conf != nil {
-			c = tls.Server(c, conf())
+			r.startHandshake(c, conf())
+			continue
 		}
 		if !r.track(c) {
 			c.Close()
@@ -247,6 +271,86 @@ func (r *Router) serve(ln net.Listener, conf func() *tls.Config) error {
 		}
 		r.wg.Add(1)
 		go r.serveSession(newSession(r, c))
+	}
+}
+
+// short reports whether c would take a descriptor kept for raft; if so it
+// has closed c and counted it.
+func (r *Router) short(c net.Conn) bool {
+	if !fds.ConnShort(c, 1, r.cfg.ReserveFDs) {
+		return false
+	}
+	// Counted before the close, so that a client that sees it closed
+	// finds it counted.
+	n := r.refused.Add(1)
+	c.Close()
+	r.warnEvery(func() {
+		r.cfg.Log.Warn().Int("reserve", r.cfg.ReserveFDs).Uint64("refused", n).
+			Msg("route: near the open-file limit: closing new clients, and connections to groups, to keep descriptors for raft")
+	})
+	return true
+}
+
+// startHandshake has a TLS client's handshake done on a goroutine of its
+// own, then its session served there, if a handshake may start: at most
+// share.Handshakes() are in progress, shared among client addresses
+// (package share), each within share.HandshakeTimeout. Past the bound, c
+// is closed, or the oldest handshake of an address holding more than its
+// share is cut short for it.
+func (r *Router) startHandshake(c net.Conn, conf *tls.Config) {
+	_ = c.SetDeadline(time.Now().Add(share.HandshakeTimeout))
+	cut := func() { _ = c.SetDeadline(time.Now()) }
+	place, out := r.handshakes.Take(share.ClientOfAddr(c.RemoteAddr()), share.Handshakes(), cut)
+	if out == share.Refused {
+		c.Close()
+		r.shed()
+		return
+	}
+	if !r.track(c) {
+		r.handshakes.Release(place)
+		c.Close()
+		return
+	}
+	r.wg.Add(1)
+	go func() {
+		tc := tls.Server(c, conf)
+		err := tc.Handshake()
+		held := r.handshakes.Release(place)
+		switch {
+		case err != nil && !held:
+			r.shed() // cut short for another address's
+		case err != nil:
+			n := r.tlsFailed.Add(1)
+			r.warnEvery(func() {
+				r.cfg.Log.Warn().Err(err).Uint64("failures", n).Str("addr", c.RemoteAddr().String()).Msg("route: TLS handshake failed")
+			})
+		}
+		if err != nil || !r.retrack(c, tc) {
+			r.untrack(c)
+			r.wg.Done()
+			return
+		}
+		_ = c.SetDeadline(time.Time{})
+		r.serveSession(newSession(r, tc))
+	}()
+}
+
+// shed counts and logs a TLS client closed, or its handshake cut short,
+// at the handshakes' bound.
+func (r *Router) shed() {
+	n := r.tlsShed.Add(1)
+	r.warnEvery(func() {
+		r.cfg.Log.Warn().Int("handshakes", share.Handshakes()).Uint64("shed", n).
+			Msg("route: too many TLS handshakes in progress: closing new TLS clients at once, or the oldest handshakes of an address past its share")
+	})
+}
+
+// warnEvery runs warn unless a line of the router's bounds was logged less
+// than a second ago.
+func (r *Router) warnEvery(warn func()) {
+	now, last := time.Now().UnixNano(), r.warned.Load()
+	if now-last >= int64(time.Second) && r.warned.CompareAndSwap(last, now) {
+		warn()
 	}
 }
 
@@ -270,9 +374,28 @@ func (r *Router) track(c net.Conn) bool {
 	return true
 }
 
+// retrack tracks a TLS client by its tls.Conn once its handshake is done,
+// in place of its socket; false once the router stops.
+func (r *Router) retrack(raw net.Conn, tc *tls.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return false
+	}
+	delete(r.conns, raw)
+	r.conns[tc] = struct{}{}
+	r.tlsOpen.Add(1)
+	return true
+}
+
 func (r *Router) untrack(c net.Conn) {
 	r.mu.Lock()
-	delete(r.conns, c)
+	if _, ok := r.conns[c]; ok {
+		delete(r.conns, c)
+		if _, isTLS := c.(*tls.Conn); isTLS {
+			r.tlsOpen.Add(-1)
+		}
+	}
 	r.mu.Unlock()
 	c.Close()
 }
@@ -284,6 +407,18 @@ func (r *Router) Connections() (current, total uint64) {
 	defer r.mu.Unlock()
 	return uint64(len(r.conns)), r.total.Load()
 }
+
+// Refused is how many clients, and connections to groups, were closed as
+// soon as opened to keep descriptors for raft (Config.ReserveFDs).
+func (r *Router) Refused() uint64 { return r.refused.Load() }
+
+// TLSHandshakeFailures is how many TLS clients' handshakes failed or
+// timed out; TLSHandshakesShed how many TLS clients were closed, or their
+// handshakes cut short, at the handshakes' bound; TLSConnections how many
+// TLS clients are connected, their handshake done.
+func (r *Router) TLSHandshakeFailures() uint64 { return r.tlsFailed.Load() }
+func (r *Router) TLSHandshakesShed() uint64    { return r.tlsShed.Load() }
+func (r *Router) TLSConnections() int64        { return r.tlsOpen.Load() }
 
 // Parked is how many clients' sessions are parked (idle) or have their
 // reserve suspended: they hold no goroutine.

@@ -78,7 +78,7 @@ func newSession(r *Router, c net.Conn) *session {
 	s := &session{r: r, c: c, fd: -1,
 		dec: codec.Decoder{MaxJobSize: r.cfg.MaxJobSize}, use: "default", watch: []string{"default"}, b: map[int]*backend{}}
 	if r.park != nil {
-		if fd, ok := descriptor(c); ok {
+		if fd, ok := descriptor(socket(c)); ok {
 			s.fd = fd
 		}
 	}

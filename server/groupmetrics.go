@@ -34,6 +34,7 @@ type groupStats struct {
 	rt       *route.Router
 	n        int // data groups
 	maxJob   uint64
+	tls      bool // the node has a TLS listener for clients
 	draining *atomic.Bool
 	mu       sync.Mutex                  // serialises changes of led
 	led      atomic.Pointer[[]groupLead] // index g: data group g, zero while not led
@@ -49,7 +50,7 @@ type groupLead struct {
 // it before any is served.
 func (s *Server) watchGroups(host *cluster.Host, rt *route.Router) {
 	n := len(host.Groups) - 1
-	gs := &groupStats{host: host, rt: rt, n: n, maxJob: uint64(s.cfg.MaxJobSize), draining: &s.draining}
+	gs := &groupStats{host: host, rt: rt, n: n, maxJob: uint64(s.cfg.MaxJobSize), tls: s.tlsLn != nil, draining: &s.draining}
 	led := make([]groupLead, n+1)
 	gs.led.Store(&led)
 	s.groupStats = gs
@@ -118,8 +119,11 @@ func addServerStats(a, b *codec.ServerStats) {
 	a.BinlogFailed = a.BinlogFailed || b.BinlogFailed
 }
 
+// Refused counts the router's clients and connections to groups closed to
+// keep descriptors for raft, and those the internal listeners of the
+// groups this node leads closed.
 func (gs *groupStats) Refused() uint64 {
-	var n uint64
+	n := gs.rt.Refused()
 	for _, l := range *gs.led.Load() {
 		if l.srv != nil {
 			n += l.srv.Refused()
@@ -127,6 +131,13 @@ func (gs *groupStats) Refused() uint64 {
 	}
 	return n
 }
+
+// The TLS figures are the router's: its clients' handshakes.
+func (gs *groupStats) TLSHandshakeFailures() (uint64, bool) {
+	return gs.rt.TLSHandshakeFailures(), gs.tls
+}
+func (gs *groupStats) TLSHandshakesShed() uint64 { return gs.rt.TLSHandshakesShed() }
+func (gs *groupStats) TLSConnections() int64     { return gs.rt.TLSConnections() }
 
 func (gs *groupStats) Bytes() (in, out uint64) {
 	for _, l := range *gs.led.Load() {

@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The clients of a node of many groups, plaintext or TLS, cannot take the
+// descriptors its raft needs, and TLS clients that connect and stall
+// cannot hold handshakes without bound, as with a single server or a
+// follower of one group. The node's open-file limit is lowered; more TLS
+// connections than its share of handshakes stall, from one address, and a
+// TLS client from another address still gets in and is served; then more
+// plaintext clients than the limit connect, reconnecting when closed. The
+// node keeps at least half its reserve free throughout, counts what it
+// closed, and logs no shortage; with another node killed, every group
+// then needs the flooded node's raft to commit, and puts to every group
+// through the third node are acknowledged.
+func TestGroupsClientsLeaveRaftItsDescriptors(t *testing.T) {
+	t.Parallel()
+	const groups, nofile = 3, 512
+	// Free for raft whoever connects: half of the 128 descriptors kept
+	// back (docs/limits.md).
+	const raftFree = 64
+	ca := newTestCA(t, "cluster CA")
+	tc := newTestCluster(t, 3)
+	tc.args = []string{"--groups", fmt.Sprint(groups)}
+	tlsAddr := tc.startServingTLS(ca)
+	tc.settled(tc.nodes[0], 60*time.Second)
+	flooded := tc.nodes[0]
+	pid := flooded.srv.pid()
+	t.Logf("the node to flood has %d descriptors open", procFDs(t, pid))
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: nofile, Max: nofile}, nil); err != nil {
+		t.Skipf("prlimit: %v", err)
+	}
+	base := "http://" + flooded.http
+	counter := func(name string) float64 {
+		t.Helper()
+		m := metric(scrape(t, base), name, "")
+		if m == nil {
+			t.Fatalf("/metrics of a node of many groups has no %s", name)
+		}
+		return sampleValue(m)
+	}
+
+	// Stalled TLS connections from 127.0.0.1, more than the handshakes
+	// that may be in progress.
+	const limit = nofile / 4
+	const stalls = limit + 64
+	most := 0
+	for range stalls {
+		nc, err := net.DialTimeout("tcp", tlsAddr[flooded], defaultTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+	}
+	var shed, failed float64
+	waitFor(t, 3*tlsHandshakeTimeout, "every stalled TLS connection accounted for", func() bool {
+		most = max(most, procFDs(t, pid))
+		shed, failed = counter("beanpole_tls_handshakes_shed_total"), counter("beanpole_tls_handshake_failures_total")
+		return shed+failed >= stalls-limit
+	})
+	if failed == 0 && shed != stalls-limit {
+		t.Fatalf("%v TLS connections shed, want %d: %d stalled, %d handshakes allowed", shed, stalls-limit, stalls, limit)
+	}
+	// A TLS client from another address cuts the oldest stalled
+	// handshake short, and is served.
+	_, _, worker := ca.issue(t, "worker", clientCert)
+	tlsFrom := func(ip string) (*conn, error) {
+		d := &net.Dialer{Timeout: defaultTimeout, LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		nc, err := tls.DialWithDialer(d, "tcp", tlsAddr[flooded], &tls.Config{RootCAs: ca.pool(), Certificates: []tls.Certificate{worker}})
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { nc.Close() })
+		return &conn{nc: nc}, nil
+	}
+	other, err := tlsFrom("127.0.0.2")
+	if err != nil {
+		t.Fatalf("a TLS client from another address while one address stalls every handshake: %v", err)
+	}
+	tube := tubeOfGroup(2, groups, "bound")
+	mustSend(t, other, "use "+tube+"\r\nput 0 0 60 2\r\nhi\r\n")
+	expect(t, other, "USING "+tube+"\r\n")
+	readInserted(t, other, defaultTimeout)
+
+	// Plaintext clients, more than the descriptors.
+	f := startFlood(flooded.srv.addr, nofile+64)
+	defer f.close()
+	waitFor(t, 60*time.Second, "the flooded node to shed clients", func() bool {
+		if exited(flooded.srv) {
+			t.Fatalf("the flooded node exited: %v", flooded.srv.waitErr)
+		}
+		most = max(most, procFDs(t, pid))
+		return f.served.Load() > 0 && f.shed.Load() >= nofile+64
+	})
+	refused := counter("beanpole_connections_refused_total")
+	t.Logf("%d plaintext clients served, %d closed unanswered (%v counted by the node), %v TLS connections shed, %v handshakes failed; at most %d of %d descriptors open",
+		f.served.Load(), f.shed.Load(), refused, shed, failed, most, nofile)
+	if most > nofile-raftFree {
+		t.Errorf("the flooded node had %d of %d descriptors open: fewer than %d left for raft", most, nofile, raftFree)
+	}
+	if refused < float64(f.shed.Load()) {
+		t.Errorf("beanpole_connections_refused_total %v, clients saw %d closed unanswered", refused, f.shed.Load())
+	}
+
+	// Every group needs the flooded node now.
+	killed, peer := tc.nodes[1], tc.nodes[2]
+	killed.srv.stop()
+	for g := 1; g <= groups; g++ {
+		tube := tubeOfGroup(g, groups, "after")
+		waitFor(t, 60*time.Second, fmt.Sprintf("a put to group %d through %s", g, peer.id), func() bool {
+			return strings.HasPrefix(try(peer.srv.addr, "use "+tube+"\r\nput 0 0 60 1\r\nx\r\n", 5*time.Second), "USING "+tube+"\r\nINSERTED ")
+		})
+	}
+	most = max(most, procFDs(t, pid))
+	if most > nofile-raftFree {
+		t.Errorf("the flooded node had %d of %d descriptors open: fewer than %d left for raft", most, nofile, raftFree)
+	}
+	f.close()
+	if exited(flooded.srv) {
+		t.Fatalf("the flooded node exited: %v", flooded.srv.waitErr)
+	}
+	if n := strings.Count(flooded.srv.out.String(), "too many open files"); n > 0 {
+		t.Errorf("the flooded node ran out of descriptors: %d log lines say so", n)
+	}
+}
