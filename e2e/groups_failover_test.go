@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"crypto/tls"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -238,22 +235,15 @@ func TestGroupsPipelinedReservesAreAnsweredInOrder(t *testing.T) {
 // answers it.
 func TestGroupsIdleClientsAreParkedAndServedWhenTheySend(t *testing.T) {
 	const groups, clients = 3, 40
-	ca := newTestCA(t, "cluster CA")
-	tc := newTestCluster(t, 3)
-	tc.args = []string{"--groups", strconv.Itoa(groups)}
-	tlsAddr := tc.startServingTLS(ca)
-	tc.settled(tc.nodes[0], 60*time.Second)
+	tc, ca, tlsAddr := startGroupsClusterTLS(t, 3, groups)
 	nd := tc.nodes[0]
-	_, _, worker := ca.issue(t, "worker", clientCert)
 	dialTLS := func() *conn {
 		t.Helper()
-		nc, err := tls.DialWithDialer(&net.Dialer{Timeout: defaultTimeout}, "tcp", tlsAddr[nd],
-			&tls.Config{RootCAs: ca.pool(), Certificates: []tls.Certificate{worker}})
+		c, err := dialTLSFrom(t, ca, tlsAddr[nd], "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { nc.Close() })
-		return &conn{nc: nc}
+		return c
 	}
 	parked := func() float64 {
 		m := metric(scrape(t, "http://"+nd.http), "beanpole_route_parked_clients", "")

@@ -57,6 +57,39 @@ func startGroupsCluster(t *testing.T, n, groups int, more ...string) *testCluste
 	return tc
 }
 
+// startGroupsClusterTLS starts n nodes of a cluster of groups data groups,
+// their links over mutual TLS with certificates ca signs and each with a
+// TLS listener for clients, and waits for the leads to settle; it returns
+// ca and each node's TLS address.
+func startGroupsClusterTLS(t *testing.T, n, groups int) (*testCluster, *testCA, map[*clusterNode]string) {
+	t.Helper()
+	ca := newTestCA(t, "cluster CA")
+	tc := newTestCluster(t, n)
+	tc.args = []string{"--groups", strconv.Itoa(groups)}
+	tlsAddr := tc.startServingTLS(ca)
+	// A lead handed over closes the connections with a command on its way
+	// (a waiting reserve among them): the leads settle first.
+	tc.settled(tc.nodes[0], 60*time.Second)
+	return tc, ca, tlsAddr
+}
+
+// dialTLSFrom connects to addr over TLS from the local address ip ("":
+// any), with a client certificate ca signs.
+func dialTLSFrom(t *testing.T, ca *testCA, addr, ip string) (*conn, error) {
+	t.Helper()
+	_, _, cert := ca.issue(t, "worker", clientCert)
+	d := &net.Dialer{Timeout: defaultTimeout}
+	if ip != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(ip)}
+	}
+	nc, err := tls.DialWithDialer(d, "tcp", addr, &tls.Config{RootCAs: ca.pool(), Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &conn{nc: nc}, nil
+}
+
 // settled waits until nd sees the data groups' leads spread over the
 // nodes (none leads two more than another) and unchanged for two seconds, the
 // spreading's looks included, so that no lead moves under a test's feet.
@@ -579,21 +612,16 @@ func pipelinedInOrder(t *testing.T, tc *testCluster, groups int) {
 func TestGroupsInternalListenersTakeOnlyNodes(t *testing.T) {
 	t.Parallel()
 	const groups = 3
-	ca := newTestCA(t, "cluster CA")
-	tc := newTestCluster(t, 3)
-	tc.args = []string{"--groups", strconv.Itoa(groups)}
-	tlsAddr := tc.startServingTLS(ca)
+	tc, ca, tlsAddr := startGroupsClusterTLS(t, 3, groups)
 	_, _, worker := ca.issue(t, "worker", clientCert)
 	dialTLS := func(addr string) *bufio.ReadWriter {
 		t.Helper()
-		nc, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
-			&tls.Config{RootCAs: ca.pool(), Certificates: []tls.Certificate{worker}})
+		c, err := dialTLSFrom(t, ca, addr, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { nc.Close() })
-		nc.SetDeadline(time.Now().Add(30 * time.Second))
-		return bufio.NewReadWriter(bufio.NewReader(nc), bufio.NewWriter(nc))
+		c.nc.SetDeadline(time.Now().Add(30 * time.Second))
+		return bufio.NewReadWriter(bufio.NewReader(c.nc), bufio.NewWriter(c.nc))
 	}
 	call := func(rw *bufio.ReadWriter, cmd string) string {
 		t.Helper()
@@ -605,9 +633,6 @@ func TestGroupsInternalListenersTakeOnlyNodes(t *testing.T) {
 		}
 		return line
 	}
-	// A lead handed over closes the connections with a command on its way
-	// (a waiting reserve among them): the leads settle first.
-	tc.settled(tc.nodes[0], 60*time.Second)
 	for g := 1; g <= groups; g++ {
 		tube := tubeOfGroup(g, groups, "s")
 		p := dialTLS(tlsAddr[tc.nodes[g-1]])
