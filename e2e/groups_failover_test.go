@@ -13,7 +13,8 @@ import (
 // clients of the other nodes connected: a reserve waiting at it (at its group alone,
 // or at every group) waits on at the group's next leader, with what is left
 // of its timeout, and a producer's next put goes to that leader; both get
-// the replies one server gives. Each job is reserved once.
+// the replies one server gives. Each job is reserved once. Reads on their
+// way to a stopped leader are answered by the next.
 func TestGroupsAWaitingReserveOutlivesItsGroupsLeader(t *testing.T) {
 	const groups = 3
 	tc := startGroupsCluster(t, 3, groups)
@@ -109,16 +110,32 @@ func TestGroupsAWaitingReserveOutlivesItsGroupsLeader(t *testing.T) {
 
 	// It stops (SIGSTOP) while it leads: the others elect a leader, and
 	// the waits at the stopped one are left for the new one's.
+	// Reads on their way to it then (a stats-tube of the group's tube, and
+	// a stats, which asks every group) are answered by the next leader.
 	wait()
+	r1, r2 := wn.srv.dial(t), pn.srv.dial(t)
+	for _, r := range []*conn{r1, r2} {
+		mustSend(t, r, "stats-tube "+tube+"\r\n")
+		expectYAMLContains(t, r, "name: \""+tube+"\"\n")
+	}
 	if err := victim.srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	resume := sync.OnceFunc(func() { _ = victim.srv.cmd.Process.Signal(syscall.SIGCONT) })
 	t.Cleanup(resume)
+	mustSend(t, r1, "stats-tube "+tube+"\r\n")
+	mustSend(t, r2, "stats\r\n")
 	waitFor(t, 60*time.Second, "another node to lead the stopped node's group", func() bool {
 		gs := tc.groups(wn)
 		return len(gs) > g && gs[g].Leader != "" && gs[g].Leader != victim.id
 	})
+	for _, r := range []*conn{r1, r2} {
+		if err := r.fill(time.Now().Add(60 * time.Second)); err != nil {
+			t.Fatalf("a read on its way to the stopped leader: %v", err)
+		}
+	}
+	expectYAMLContains(t, r1, "name: \""+tube+"\"\n")
+	expectYAMLContains(t, r2, "current-connections: ")
 	// A put sent to the stopped node before the router learns of its
 	// successor may or may not run there later, so its client's connection
 	// is closed: these come on connections of their own, again until

@@ -25,6 +25,42 @@ func (s *session) forward(g int, usesTube bool, id uint64, small bool, parts ...
 	return s.send(b, id, parts...) && (small || s.settle())
 }
 
+// read runs a command that changes nothing (peek*, stats-job,
+// stats-tube) at group g, once every reply still to come is in. When its
+// connection to the group is lost before the reply (the group's leader
+// died, stopped, or handed its lead over) and held none of the session's
+// reservations, the command is sent again at the group's next leader,
+// unseen by the client, as a waiting reserve is (reserveOn).
+func (s *session) read(g int, usesTube bool, id uint64, line []byte) bool {
+	if !s.settle() {
+		return false
+	}
+	var l losses
+	for {
+		b, err := s.backend(g)
+		if err != nil {
+			return false
+		}
+		if usesTube {
+			s.useAt(b, s.use)
+		}
+		l.try()
+		s.lost = nil
+		if s.send(b, id, line) && s.settle() {
+			return true
+		}
+		if s.lost != b || len(b.held) > 0 {
+			return false
+		}
+		clear(s.pend)
+		s.pend = s.pend[:0]
+		s.drop(b)
+		if !l.lost() {
+			return false
+		}
+	}
+}
+
 // watchedByGroup is the session's watched tubes by group, and the groups
 // in order.
 func (s *session) watchedByGroup() (map[int][]string, []int) {
@@ -60,10 +96,28 @@ const (
 	fresh
 )
 
-// maxQuickLosses bounds how often in a row a reserve is lost within a
+// maxQuickLosses bounds how often in a row a command is lost within a
 // second of being sent before its client's connection is closed: leaders
 // that keep closing what they are sent are not failing over.
 const maxQuickLosses = 20
+
+// losses are the losses in a row of a command sent again at each.
+type losses struct {
+	quick int       // in a row, each within a second of its try
+	tried time.Time // when the last try began
+}
+
+// try notes that a try begins.
+func (l *losses) try() { l.tried = time.Now() }
+
+// lost counts a loss of the last try, and says whether the command may be
+// tried again.
+func (l *losses) lost() bool {
+	if l.quick++; time.Since(l.tried) >= time.Second {
+		l.quick = 0
+	}
+	return l.quick <= maxQuickLosses
+}
 
 // reserving is a reserve under way: what it needs to go on after a loss,
 // or once its session resumes it.
@@ -73,10 +127,9 @@ type reserving struct {
 	line     []byte // the line sent, in lineBuf
 	lineBuf  [40]byte
 	deadline time.Time // reserve-with-timeout's
-	quick    int       // losses in a row, each within a second of its try
-	tried    time.Time // when the last try began
-	bs       []*backend
-	woke     int // which socket woke it: -1 the client's, i bs[i]'s
+	losses
+	bs   []*backend
+	woke int // which socket woke it: -1 the client's, i bs[i]'s
 }
 
 // reserve runs a reserve or reserve-with-timeout, again at a group's next
@@ -92,7 +145,7 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 		return false
 	}
 	r := &s.rsv
-	r.c, r.quick = *cmd, 0
+	r.c, r.losses = *cmd, losses{}
 	r.deadline = time.Now().Add(time.Duration(r.c.Timeout) * time.Second)
 	r.line = append(r.lineBuf[:0], "reserve\r\n"...)
 	if r.c.Op == codec.OpReserveWithTimeout {
@@ -123,10 +176,7 @@ func (s *session) reserveOn(out outcome) bool {
 			r.on = true
 			return true
 		case lost:
-			if r.quick++; time.Since(r.tried) >= time.Second {
-				r.quick = 0
-			}
-			if r.quick > maxQuickLosses {
+			if !r.lost() {
 				return false
 			}
 			if r.c.Op == codec.OpReserveWithTimeout {
@@ -136,7 +186,7 @@ func (s *session) reserveOn(out outcome) bool {
 				r.setTimeout(uint32(max(0, (time.Until(r.deadline)+time.Second-1)/time.Second)))
 			}
 		}
-		r.tried = time.Now()
+		r.try()
 		out = s.reserveOnce(&r.c, r.line)
 	}
 }
@@ -642,22 +692,36 @@ func readyJob(rep []byte) (id, pri uint64, ok bool) {
 }
 
 // askAll sends each backend the command line(b) gives it, all at once,
-// then reads their replies, in order; each is a copy.
+// then reads their replies, in order; each is a copy. False if any failed.
 func askAll(bs []*backend, line func(b *backend) string) ([][]byte, bool) {
-	for _, b := range bs {
-		if _, err := b.wr.WriteString(line(b)); err != nil || b.wr.Flush() != nil {
-			return nil, false
-		}
-	}
-	reps := make([][]byte, len(bs))
+	reps, failed := askEach(bs, line)
+	return reps, len(failed) == 0
+}
+
+// askEach is askAll that reads every reply it can, and says which
+// backends failed.
+func askEach(bs []*backend, line func(b *backend) string) (reps [][]byte, failed []*backend) {
+	sent := make([]bool, len(bs))
 	for i, b := range bs {
+		if _, err := b.wr.WriteString(line(b)); err != nil || b.wr.Flush() != nil {
+			failed = append(failed, b)
+			continue
+		}
+		sent[i] = true
+	}
+	reps = make([][]byte, len(bs))
+	for i, b := range bs {
+		if !sent[i] {
+			continue
+		}
 		rep, err := b.readReply()
 		if err != nil {
-			return nil, false
+			failed = append(failed, b)
+			continue
 		}
 		reps[i] = bytes.Clone(rep)
 	}
-	return reps, true
+	return reps, failed
 }
 
 // yamlUint is the value of key in a YAML reply (stats-job's pri, say).
@@ -692,21 +756,40 @@ func (s *session) listTubes() bool {
 	return true
 }
 
-// askEveryGroup sends line to every group at once and reads their
-// replies, in group order.
+// askEveryGroup sends line, a command that changes nothing, to every
+// group at once and reads their replies, in group order. A connection
+// lost before its reply, holding none of the session's reservations, is
+// replaced at its group's next leader and every group asked again, as
+// read does.
 func (s *session) askEveryGroup(line string) ([][]byte, bool) {
 	if !s.settle() {
 		return nil, false
 	}
+	var l losses
 	bs := make([]*backend, s.r.cfg.Groups)
-	for g := 1; g <= s.r.cfg.Groups; g++ {
-		b, err := s.backend(g)
-		if err != nil {
+	for {
+		for g := 1; g <= s.r.cfg.Groups; g++ {
+			b, err := s.backend(g)
+			if err != nil {
+				return nil, false
+			}
+			bs[g-1] = b
+		}
+		l.try()
+		reps, failed := askEach(bs, func(*backend) string { return line })
+		if len(failed) == 0 {
+			return reps, true
+		}
+		for _, b := range failed {
+			if len(b.held) > 0 {
+				return nil, false
+			}
+			s.drop(b)
+		}
+		if !l.lost() {
 			return nil, false
 		}
-		bs[g-1] = b
 	}
-	return askAll(bs, func(*backend) string { return line })
 }
 
 // firstOnly are the stats that are not summed over the groups: the first

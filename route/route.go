@@ -16,9 +16,10 @@
 // (park.go): one goroutine waits on an epoll set of their sockets.
 //
 // When a group's leader dies, stops or hands its lead over, a session's
-// backend to it is replaced at its next leader unseen by the client, and
-// a reserve waiting there waits on at the next leader, as long as the
-// session held no reservation in that group. Otherwise the client's
+// backend to it is replaced at its next leader unseen by the client, a
+// reserve waiting there waits on at the next leader, and a read on its way
+// there is sent again, as long as the session held no reservation in that
+// group. Otherwise the client's
 // connection is closed, as a single server's death closes it: the
 // reservations the session held in that group are ready again at its next
 // leader, and a command on its way may or may not have run.

@@ -54,6 +54,9 @@ type session struct {
 	fds []int
 	// rsv is the reserve under way.
 	rsv reserving
+	// lost is the backend whose failure ended the last settle that
+	// failed, if one did.
+	lost *backend
 }
 
 // pending is one reply still to come to a client.
@@ -376,15 +379,17 @@ func (s *session) command(st codec.Status, cmd *codec.Command, line []byte) bool
 	case codec.OpKick:
 		return s.forward(GroupOfTube([]byte(s.use), n), true, 0, true, line)
 	case codec.OpPeekReady, codec.OpPeekDelayed, codec.OpPeekBuried:
-		return s.forward(GroupOfTube([]byte(s.use), n), true, 0, false, line)
+		return s.read(GroupOfTube([]byte(s.use), n), true, 0, line)
 	case codec.OpPauseTube:
 		return s.forward(GroupOfTube(cmd.Tube, n), false, 0, true, line)
 	case codec.OpStatsTube:
-		return s.forward(GroupOfTube(cmd.Tube, n), false, 0, false, line)
+		return s.read(GroupOfTube(cmd.Tube, n), false, 0, line)
 	case codec.OpDelete, codec.OpRelease, codec.OpBury, codec.OpTouch, codec.OpKickJob:
 		return s.forward(GroupOfID(cmd.ID, n), false, cmd.ID, true, line)
-	case codec.OpReserveJob, codec.OpPeek, codec.OpStatsJob:
+	case codec.OpReserveJob:
 		return s.forward(GroupOfID(cmd.ID, n), false, cmd.ID, false, line)
+	case codec.OpPeek, codec.OpStatsJob:
+		return s.read(GroupOfID(cmd.ID, n), false, cmd.ID, line)
 	case codec.OpListTubes:
 		return s.listTubes()
 	case codec.OpStats:
@@ -411,6 +416,7 @@ func (s *session) settle() bool {
 	}
 	for _, b := range s.b {
 		if b.wr.Buffered() > 0 && b.wr.Flush() != nil {
+			s.lost = b
 			return false
 		}
 	}
@@ -432,6 +438,7 @@ func (s *session) settle() bool {
 		} else {
 			var err error
 			if rep, err = p.b.readReply(); err != nil {
+				s.lost = p.b
 				return false
 			}
 		}
