@@ -418,8 +418,9 @@ func TestGroupsReserveOverTubesOfSeveralGroups(t *testing.T) {
 	expect(t, w, fmt.Sprintf("RESERVED %d 2\r\nbb\r\n", idb))
 	mustSend(t, w, "reserve\r\n")
 	expect(t, w, fmt.Sprintf("RESERVED %d 2\r\naa\r\n", ida))
-	// The first reserve peeked at a's job and left it: reserved once, by
-	// the second, and never released.
+	// The first reserve took a's job (a's group comes first), and put it
+	// back unseen, the job in b's group being more urgent: it is reserved
+	// once, by the second reserve, and never released.
 	mustSend(t, w, fmt.Sprintf("stats-job %d\r\n", ida))
 	expectYAMLContains(t, w, "reserves: 1", "releases: 0", "state: reserved")
 	mustSend(t, w, fmt.Sprintf("delete %d\r\ndelete %d\r\n", ida, idb))

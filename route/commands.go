@@ -322,17 +322,57 @@ func (s *session) reserveOnce(cmd *codec.Command, line []byte) outcome {
 	// What is ready now, most urgent first across the groups: every group
 	// names the job a reserve would take there (beanpole-peek-watched,
 	// which writes nothing), and the reserve runs at the group with the
-	// most urgent one. A job another worker took meanwhile sends it round
-	// again, peekRounds times at most.
-	for range peekRounds {
-		reps, ok := askAll(bs, func(*backend) string { return "beanpole-peek-watched\r\n" })
+	// most urgent one. At first, the group the session last took a job
+	// from (else the first) takes its job at once, behind naming it: when
+	// no other group names a more urgent one, that is the answer, in one
+	// round trip; otherwise it goes back, uncounted. Among groups, jobs of
+	// equal priority come in no set order: each group's ids come from a
+	// counter of its own. A job another worker took meanwhile sends it
+	// round again, peekRounds times at most.
+	take := max(0, slices.Index(groups, s.lastTake))
+	for round := range peekRounds {
+		if round > 0 {
+			take = -1
+			if !s.settle() { // a job put back
+				return broken
+			}
+		}
+		reps, ok := askAll(bs, func(b *backend) string {
+			if take >= 0 && b == bs[take] {
+				return "beanpole-peek-watched\r\nreserve-with-timeout 0\r\n"
+			}
+			return "beanpole-peek-watched\r\n"
+		})
 		if !ok {
 			return broken
 		}
+		var taken []byte
+		if take >= 0 {
+			rep, err := bs[take].readReply()
+			if err != nil {
+				return s.lostIf(bs[take], err)
+			}
+			taken = rep
+		}
 		best, bestID, bestPri := -1, uint64(0), uint64(0)
 		for i, rep := range reps {
-			if id, pri, ok := readyJob(rep); ok && (best < 0 || pri < bestPri || pri == bestPri && id < bestID) {
+			id, pri, ok := readyJob(rep)
+			if ok && (best < 0 || pri < bestPri || pri == bestPri && (i == take || best != take && id < bestID)) {
 				best, bestID, bestPri = i, id, pri
+			}
+		}
+		if bytes.HasPrefix(taken, []byte("RESERVED ")) {
+			if best == take && replyID(taken) == bestID {
+				bs[take].note(taken, 0)
+				s.out = append(s.out, taken...)
+				s.lastTake = groups[take]
+				return answered
+			}
+			// Not the job named (another worker took that one), or not
+			// the most urgent.
+			s.own(bs[take], "UNRESERVED", "beanpole-unreserve "+strconv.FormatUint(replyID(taken), 10)+"\r\n")
+			if best == take {
+				continue
 			}
 		}
 		if best < 0 {
@@ -345,8 +385,12 @@ func (s *session) reserveOnce(cmd *codec.Command, line []byte) outcome {
 		if bytes.HasPrefix(rep, []byte("RESERVED ")) {
 			bs[best].note(rep, 0)
 			s.out = append(s.out, rep...)
+			s.lastTake = groups[best]
 			return answered
 		}
+	}
+	if !s.settle() { // a job put back
+		return broken
 	}
 	// Whatever is ready now, as above, but taken at once: every group is
 	// asked at once, and the priorities of what they offer are read at

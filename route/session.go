@@ -57,6 +57,9 @@ type session struct {
 	// lost is the backend whose failure ended the last settle that
 	// failed, if one did.
 	lost *backend
+	// lastTake is the group a reserve over several groups last took a
+	// job from (0: none yet).
+	lastTake int
 }
 
 // pending is one reply still to come to a client.
@@ -252,7 +255,10 @@ func (s *session) runBuffered() bool {
 		off += f.N
 		switch f.Event {
 		case codec.More:
-			return s.settle()
+			// The replies the client has whole go out before those still
+			// to come are waited for (a job put back behind a reserve's
+			// reply, say).
+			return s.flush() && s.settle()
 		case codec.Line:
 			if !s.dec.Idle() && !s.dec.Skipping() { // a put whose body follows
 				if !s.putLine(s.buf[off-f.N : off]) {
