@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +20,10 @@ import (
 // plaintext clients than the limit connect, reconnecting when closed. The
 // node keeps at least half its reserve free throughout, counts what it
 // closed, and logs no shortage; with another node killed, every group
-// then needs the flooded node's raft to commit, and puts to every group
-// through the third node are acknowledged.
+// then needs the flooded node's raft to commit, the flooded node leads
+// some, and puts to every group through the third node are acknowledged:
+// its clients leave descriptors for the other nodes' connections to the
+// groups it leads.
 func TestGroupsClientsLeaveRaftItsDescriptors(t *testing.T) {
 	t.Parallel()
 	const groups, nofile = 3, 512
@@ -99,9 +102,14 @@ func TestGroupsClientsLeaveRaftItsDescriptors(t *testing.T) {
 		t.Errorf("beanpole_connections_refused_total %v, clients saw %d closed unanswered", refused, seen)
 	}
 
-	// Every group needs the flooded node now.
+	// Every group needs the flooded node now, and the groups it comes to
+	// lead are reached through its internal listeners, which its clients
+	// leave descriptors for.
 	killed, peer := tc.nodes[1], tc.nodes[2]
 	killed.srv.stop()
+	waitFor(t, 60*time.Second, "the flooded node to lead a data group", func() bool {
+		return slices.ContainsFunc(tc.groups(peer), func(st groupStatus) bool { return st.Group > 0 && st.Leader == flooded.id })
+	})
 	for g := 1; g <= groups; g++ {
 		tube := tubeOfGroup(g, groups, "after")
 		waitFor(t, 60*time.Second, fmt.Sprintf("a put to group %d through %s", g, peer.id), func() bool {

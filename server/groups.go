@@ -47,7 +47,7 @@ func (s *Server) runGroups(host *cluster.Host) int {
 		return d.Dial("tcp", addr)
 	}
 	rt := route.New(route.Config{Groups: n, Dial: dial, MaxJobSize: uint32(cfg.MaxJobSize), LeaderWait: leaderWait, Log: log,
-		ReserveFDs: reserveFDs(cfg),
+		ReserveFDs: routerReserveFDs(cfg),
 		Leader:     func(g int) string { _, addr := host.Leader(g); return addr }})
 	s.watchGroups(host, rt)
 	for _, ln := range s.lns {
