@@ -352,28 +352,41 @@ func (s *session) reserveOnce(cmd *codec.Command, line []byte) outcome {
 			if err != nil {
 				return s.lostIf(bs[take], err)
 			}
-			taken = rep
+			if bytes.HasPrefix(rep, []byte("RESERVED ")) {
+				taken = bytes.Clone(rep)
+			}
 		}
+		// The most urgent job named, but the one taken's group's when it
+		// took one: that group's next is what it took.
 		best, bestID, bestPri := -1, uint64(0), uint64(0)
 		for i, rep := range reps {
 			id, pri, ok := readyJob(rep)
-			if ok && (best < 0 || pri < bestPri || pri == bestPri && (i == take || best != take && id < bestID)) {
+			if ok && (taken == nil || i != take) && (best < 0 || pri < bestPri || pri == bestPri && id < bestID) {
 				best, bestID, bestPri = i, id, pri
 			}
 		}
-		if bytes.HasPrefix(taken, []byte("RESERVED ")) {
-			if best == take && replyID(taken) == bestID {
+		if taken != nil {
+			// The job taken is the one its group named, unless another
+			// worker took that one first: then its priority is asked.
+			id := replyID(taken)
+			named, pri, ok := readyJob(reps[take])
+			if !ok || named != id {
+				rep, err := bs[take].roundTrip([]byte("stats-job " + strconv.FormatUint(id, 10) + "\r\n"))
+				if err != nil {
+					return s.lostIf(bs[take], err)
+				}
+				if pri, ok = yamlUint(rep, "pri"); !ok {
+					return broken
+				}
+			}
+			if best < 0 || pri <= bestPri {
 				bs[take].note(taken, 0)
 				s.out = append(s.out, taken...)
 				s.lastTake = groups[take]
 				return answered
 			}
-			// Not the job named (another worker took that one), or not
-			// the most urgent.
-			s.own(bs[take], "UNRESERVED", "beanpole-unreserve "+strconv.FormatUint(replyID(taken), 10)+"\r\n")
-			if best == take {
-				continue
-			}
+			// Another group names a more urgent job.
+			s.own(bs[take], "UNRESERVED", "beanpole-unreserve "+strconv.FormatUint(id, 10)+"\r\n")
 		}
 		if best < 0 {
 			break
