@@ -82,13 +82,7 @@ func TestGroupsClientsLeaveRaftItsDescriptors(t *testing.T) {
 	// Plaintext clients, more than the descriptors.
 	f := startFlood(flooded.srv.addr, nofile+64)
 	defer f.close()
-	waitFor(t, 60*time.Second, "the flooded node to shed clients", func() bool {
-		if exited(flooded.srv) {
-			t.Fatalf("the flooded node exited: %v", flooded.srv.waitErr)
-		}
-		most = max(most, procFDs(t, pid))
-		return f.served.Load() > 0 && f.shed.Load() >= nofile+64
-	})
+	most = max(most, f.untilShed(t, flooded.srv, nofile+64, 60*time.Second))
 	// The clients go on: those they saw closed unanswered are counted
 	// before the node's count is read.
 	seen := f.shed.Load()
