@@ -666,7 +666,7 @@ func (s *session) readWaiting() bool {
 		n, err := s.c.Read(s.buf[len(s.buf) : len(s.buf)+readChunk])
 		s.buf = s.buf[:len(s.buf)+n]
 		switch {
-		case len(s.buf) > s.r.waitCap:
+		case len(s.buf) > s.r.waitCap || !s.hold(&s.heldIn, len(s.buf)):
 			return false
 		case err != nil:
 			s.ended = s.ended || !isTimeout(err)
@@ -809,8 +809,19 @@ func (s *session) listTubes() bool {
 			}
 		}
 	}
-	s.out = codec.AppendTubeList(s.out, names)
+	s.longReply(codec.AppendTubeList(nil, names))
 	return true
+}
+
+// longReply gives the client a list reply the router built. One past
+// longReply bytes is held against the router's budget until its client
+// takes it; past the budget it is answered OUT_OF_MEMORY instead, as one
+// server answers a list it has no room for, and the session goes on.
+func (s *session) longReply(rep []byte) {
+	if len(rep) > longReply && !s.hold(&s.heldOut, int(s.heldOut)+len(rep)) {
+		rep = codec.RepOutOfMemory
+	}
+	s.reply(rep)
 }
 
 // askEveryGroup sends line, a command that changes nothing, to every

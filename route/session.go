@@ -60,6 +60,10 @@ type session struct {
 	// lastTake is the group a reserve over several groups last took a
 	// job from (0: none yet).
 	lastTake int
+	// heldIn is what the session holds against the router's budget of
+	// its client's input while a reserve waits; heldOut of a long reply
+	// its client has not taken.
+	heldIn, heldOut int64
 }
 
 // pending is one reply still to come to a client.
@@ -161,8 +165,11 @@ func (s *session) run() bool {
 	}
 }
 
-// end closes the session's backends and its client's connection.
+// end closes the session's backends and its client's connection, and
+// gives back what it held of the router's budget.
 func (s *session) end() {
+	s.hold(&s.heldIn, 0)
+	s.hold(&s.heldOut, 0)
 	for _, b := range s.b {
 		s.drop(b)
 	}
@@ -233,7 +240,22 @@ func isTimeout(err error) bool {
 // client's connection is closed.
 func (s *session) take(p []byte) bool {
 	s.buf = append(s.buf, p...)
-	return len(s.buf) <= s.r.waitCap
+	return len(s.buf) <= s.r.waitCap && s.hold(&s.heldIn, len(s.buf))
+}
+
+// hold has *held, one of the session's charges against the router's
+// budget, be n bytes; false, leaving it as it was, if the budget cannot
+// take the growth.
+func (s *session) hold(held *int64, n int) bool {
+	d := int64(n) - *held
+	if d > 0 && !s.r.charge(d) {
+		return false
+	}
+	if d < 0 {
+		s.r.held.Add(d)
+	}
+	*held = int64(n)
+	return true
 }
 
 func (s *session) flush() bool {
@@ -242,11 +264,14 @@ func (s *session) flush() bool {
 	}
 	_, err := s.c.Write(s.out)
 	s.out = s.out[:0]
+	s.hold(&s.heldOut, 0)
 	return err == nil
 }
 
 // runBuffered runs every command buffered whole; false ends the session.
+// What it holds is no longer a waiting client's input.
 func (s *session) runBuffered() bool {
+	s.hold(&s.heldIn, 0)
 	off := 0
 	defer func() { s.buf = s.buf[:copy(s.buf, s.buf[off:])] }()
 	for {
@@ -374,7 +399,7 @@ func (s *session) command(st codec.Status, cmd *codec.Command, line []byte) bool
 		for i, t := range s.watch {
 			names[i] = []byte(t)
 		}
-		s.reply(codec.AppendTubeList(s.scratch[:0], names))
+		s.longReply(codec.AppendTubeList(nil, names))
 	case codec.OpQuit:
 		// What came before it is answered.
 		s.settle()
