@@ -518,6 +518,14 @@ func restorePauses(r io.Reader, st *state) error {
 	return nil
 }
 
+// tubeCount is how many tubes the state holds: those of live jobs, and
+// the paused ones.
+func (f *FSM) tubeCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.tubes)
+}
+
 // jobCount is how many live jobs the state holds.
 func (f *FSM) jobCount() int {
 	f.mu.Lock()

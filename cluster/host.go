@@ -351,6 +351,8 @@ type GroupStatus struct {
 	Voters    []string `json:"voters,omitempty"`
 	Nonvoters []string `json:"nonvoters,omitempty"`
 	Jobs      int      `json:"jobs"` // in the group's replicated state on this node
+	// Tubes is how many tubes hold live jobs or are paused, in the same.
+	Tubes int `json:"tubes"`
 	// CommitIndex and AppliedIndex are the group's raft indexes on this
 	// node, as GET /cluster gives group 0's.
 	CommitIndex  uint64 `json:"commit_index"`
@@ -369,7 +371,7 @@ func (h *Host) Status() any {
 		}
 		_, leader := nd.Raft.LeaderWithID()
 		st := GroupStatus{Group: g, Leader: string(leader), State: stateName(nd.Raft.State()), Term: nd.Raft.CurrentTerm(),
-			Jobs: nd.FSM.jobCount(), CommitIndex: atou(nd.Raft.Stats()["commit_index"]), AppliedIndex: nd.Raft.AppliedIndex()}
+			Jobs: nd.FSM.jobCount(), Tubes: nd.FSM.tubeCount(), CommitIndex: atou(nd.Raft.Stats()["commit_index"]), AppliedIndex: nd.Raft.AppliedIndex()}
 		if f := nd.Raft.GetConfiguration(); f.Error() == nil {
 			for _, s := range f.Configuration().Servers {
 				if s.Suffrage == raft.Voter {

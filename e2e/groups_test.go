@@ -215,7 +215,7 @@ func TestGroupsServeEveryCommandThroughAnyNode(t *testing.T) {
 			t.Fatalf("%d groups (%v):\n%s", len(gs), err, out)
 		}
 		for g, st := range gs {
-			if st.Group != g || st.Leader == "" || st.Members != 3 || g > 0 && st.Jobs < 1 {
+			if st.Group != g || st.Leader == "" || st.Members != 3 || g > 0 && (st.Jobs < 1 || st.Tubes < 1) {
 				t.Fatalf("group %d: %+v", g, st)
 			}
 		}
@@ -447,6 +447,7 @@ type groupStatus struct {
 	Leader, State string
 	Term          uint64
 	Members, Jobs int
+	Tubes         int
 	Voters        []string
 	Nonvoters     []string
 	CommitIndex   uint64 `json:"commit_index"`
