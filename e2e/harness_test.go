@@ -386,9 +386,10 @@ func startProcRetry(bin, network, path string, extra []string) (*server, error) 
 // its port). Each test process (make test runs two at once) claims a
 // slot of portsPerProcess of them, by a lock on a file of the temporary
 // directory that it holds for its life, and hands them out in turn,
-// skipping those some listener holds: no port is handed out twice within
-// portsPerProcess others.
-const portsPerProcess, portSlots = 1024, 16
+// skipping those some listener holds, each once: a node stopped and
+// started again binds its port again. A process that runs out of its
+// slot, or finds none free, takes ports from the kernel.
+const portsPerProcess, portSlots = 7680, 4
 
 var ports = struct {
 	sync.Mutex
@@ -435,11 +436,19 @@ func freePort() (int, error) {
 }
 
 // listenFresh listens on the next port of this process's slot that no
-// listener holds (without a slot, on one the kernel picks).
+// listener holds (without a slot, or once it is used up, on one the
+// kernel picks that this process has not handed out).
 func listenFresh() (net.Listener, error) {
 	ports.Lock()
 	defer ports.Unlock()
-	for ports.base == 0 {
+	for ; ports.base != 0 && ports.next < portsPerProcess; ports.next++ {
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports.base+ports.next)))
+		if err == nil {
+			ports.next++
+			return l, nil
+		}
+	}
+	for {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, err
@@ -450,16 +459,6 @@ func listenFresh() (net.Listener, error) {
 		}
 		l.Close()
 	}
-	var err error
-	for range portsPerProcess {
-		port := ports.base + ports.next
-		ports.next = (ports.next + 1) % portsPerProcess
-		var l net.Listener
-		if l, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
-			return l, nil
-		}
-	}
-	return nil, fmt.Errorf("no port free among %d from %d: %w", portsPerProcess, ports.base, err)
 }
 
 func startProc(bin, network, path string, extra []string) (*server, error) {
