@@ -393,7 +393,8 @@ const portsPerProcess, portSlots = 7680, 4
 
 var ports = struct {
 	sync.Mutex
-	base, next int // base 0: no slot, ports come from the kernel
+	slot       *os.File // locked for the process's life (kept, or the collector closes it)
+	base, next int      // base 0: no slot, ports come from the kernel
 	// handed are the ports the kernel picked that were handed out,
 	// without a slot: the kernel may pick one again before its server
 	// binds it.
@@ -419,7 +420,7 @@ func init() {
 			break
 		}
 		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
-			ports.base = base // f stays open, and locked, for the process's life
+			ports.slot, ports.base = f, base
 			return
 		}
 		f.Close()
