@@ -262,7 +262,8 @@ func (h *Host) spread(every time.Duration) {
 }
 
 // handOff picks a group this node leads and the member to hand it to:
-//   - the group's preferred leader, its first member (GroupMembers), if
+//   - the group's preferred leader, its first member (GroupMembers), or
+//     with replicas the one group 0's placement gives it (preferred), if
 //     that is not this node and the group's own probes find it reachable
 //     and caught up (a transfer to any other would stall the group's
 //     writes until it timed out);
@@ -273,7 +274,7 @@ func (h *Host) spread(every time.Duration) {
 //
 // A group never leaves its preferred leader for the count, so the two
 // never undo each other: while every node is up, each leads the groups it
-// is the first member of, as many as any other give or take one; while
+// is preferred by, as many as any other give or take one; while
 // one is down, the others share its groups. Nothing while a group has no
 // known leader: an election is on, and its outcome changes the count.
 func (h *Host) handOff() (*Node, string) {
@@ -292,6 +293,7 @@ func (h *Host) handOff() (*Node, string) {
 	}
 	self := zero.cfg.ID
 	p, placed := zero.FSM.placement()
+	prefs := preferred(p)
 	var mine, others []*Node
 	for _, g := range h.spreadGroups() {
 		id, _ := h.Leader(g)
@@ -311,7 +313,7 @@ func (h *Host) handOff() (*Node, string) {
 		}
 		to := GroupMembers(voters, g, h.replicas)[0].ID
 		if placed && h.replicas > 0 {
-			to = p.Groups[g-1][0]
+			to = prefs[g-1]
 		}
 		if to != self && nd.readyToLead(to) {
 			return nd, to

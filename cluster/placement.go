@@ -162,7 +162,7 @@ func parseGroups(s string) (dataGroups, error) {
 
 // placement is where each data group's replicas live, as group 0 records
 // it (entryPlacement) once its leader first writes it: groups[g-1] are
-// data group g's members, its preferred leader first (handOff). drain
+// data group g's members (preferred gives its preferred leader). drain
 // are the nodes asked to leave (Host.RemoveNode): their replicas move to
 // the others, then group 0's leader removes them.
 type placement struct {
@@ -209,7 +209,7 @@ func (p placement) hosts() map[string]int {
 }
 
 // move is one step of the placement: data group g's replica on from goes
-// to to, who takes from's place among g's members.
+// to to.
 type move struct {
 	g        int
 	from, to string
@@ -234,17 +234,13 @@ func (p placement) apply(m move) placement {
 //     the node that hosts the fewest groups;
 //   - else, while a node hosts at least two groups more than another that
 //     may take one, one of its replicas goes to the one that hosts the
-//     fewest: a group it is the preferred leader of when it is so of more
-//     groups than the other, so that a node that joins is given leads too.
+//     fewest.
 //
 // So a placement ends with every node but the drained hosting
 // floor(N·R/nodes) or ceil(N·R/nodes) groups. ok is false when nothing is
 // to move, or nothing can yet.
 func nextMove(p placement, nodes []string, ready func(id string) bool) (m move, ok bool) {
-	load, prefs := p.hosts(), map[string]int{}
-	for _, ids := range p.Groups {
-		prefs[ids[0]]++
-	}
+	load := p.hosts()
 	staying := func(id string) bool { return slices.Contains(nodes, id) && !slices.Contains(p.Drain, id) }
 	var stay []string
 	for _, id := range slices.Sorted(slices.Values(nodes)) {
@@ -282,18 +278,43 @@ func nextMove(p placement, nodes []string, ready func(id string) bool) (m move, 
 	if to == "" || from == "" || load[from] < load[to]+2 {
 		return move{}, false
 	}
-	first := 0
 	for g, ids := range p.Groups {
-		if !slices.Contains(ids, from) || slices.Contains(ids, to) {
-			continue
-		}
-		if ids[0] == from && prefs[from] > prefs[to] {
+		if slices.Contains(ids, from) && !slices.Contains(ids, to) {
 			return move{g: g + 1, from: from, to: to}, true
 		}
-		if first == 0 {
-			first = g + 1
+	}
+	return move{}, false // from hosts more groups than to: never here
+}
+
+// preferred is each data group's preferred leader under p (index g-1),
+// which the host hands the group's lead to (handOff): each group's
+// member that is so of the fewest groups before it, the first among
+// equals, then, while a node is preferred by two groups more than another
+// member of one of them, that group goes to the other. So a placement
+// GroupMembers made keeps its first members, and the nodes a placement
+// moved replicas to are given their share of the leads.
+func preferred(p placement) []string {
+	out := make([]string, len(p.Groups))
+	n := map[string]int{}
+	for g, ids := range p.Groups {
+		for _, id := range ids {
+			if out[g] == "" || n[id] < n[out[g]] {
+				out[g] = id
+			}
+		}
+		n[out[g]]++
+	}
+	for moved := true; moved; {
+		moved = false
+		for g, ids := range p.Groups {
+			for _, id := range ids {
+				if n[out[g]] >= n[id]+2 {
+					n[out[g]]--
+					n[id]++
+					out[g], moved = id, true
+				}
+			}
 		}
 	}
-	// from hosts more groups than to, so one of them is not to's.
-	return move{g: first, from: from, to: to}, true
+	return out
 }

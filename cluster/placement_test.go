@@ -62,10 +62,27 @@ func balanced(t *testing.T, p placement, nodes []string, replicas int) {
 	}
 }
 
+// evenLeads fails unless every node of nodes is the preferred leader of as
+// many groups as any other, give or take one.
+func evenLeads(t *testing.T, p placement, nodes []string) {
+	t.Helper()
+	n := map[string]int{}
+	for _, id := range preferred(p) {
+		n[id]++
+	}
+	lo, hi := len(p.Groups), 0
+	for _, id := range nodes {
+		lo, hi = min(lo, n[id]), max(hi, n[id])
+	}
+	if hi > lo+1 {
+		t.Fatalf("the preferred leaders %v of %v", n, p.Groups)
+	}
+}
+
 // The placement's steps move one replica at a time, to nodes that may take
 // one, never leave a group fewer members than its replicas, and end
-// balanced: after a node joins (and is given the preferred lead of a group
-// when there are groups enough), after nodes are drained, and with a node
+// balanced, with the preferred leads spread as evenly: after nodes join,
+// after nodes are drained, and with a node
 // that may not take replicas yet, which is given none.
 func TestPlacementMovesOneReplicaAtATimeUntilBalanced(t *testing.T) {
 	for _, tc := range []struct{ nodes, groups, replicas int }{{4, 4, 3}, {3, 6, 3}, {4, 7, 3}, {5, 16, 3}, {3, 3, 2}, {4, 5, 1}} {
@@ -88,6 +105,11 @@ func TestPlacementMovesOneReplicaAtATimeUntilBalanced(t *testing.T) {
 			if _, steps := settle(t, p, nodes, tc.replicas, all); steps != 0 {
 				t.Fatalf("the bootstrap's placement moved %d replicas", steps)
 			}
+			for g, id := range preferred(p) {
+				if id != p.Groups[g][0] {
+					t.Fatalf("group %d of the bootstrap's placement prefers %s, not its first member: %v", g+1, id, p.Groups)
+				}
+			}
 			// Two nodes join, one ready at once, the other later.
 			nodes = append(nodes, "n8", "n9")
 			p, _ = settle(t, p, nodes, tc.replicas, func(id string) bool { return id != "n9" })
@@ -97,13 +119,7 @@ func TestPlacementMovesOneReplicaAtATimeUntilBalanced(t *testing.T) {
 			balanced(t, p, slices.DeleteFunc(slices.Clone(nodes), func(id string) bool { return id == "n9" }), tc.replicas)
 			p, _ = settle(t, p, nodes, tc.replicas, all)
 			balanced(t, p, nodes, tc.replicas)
-			prefs := map[string]int{}
-			for _, ids := range p.Groups {
-				prefs[ids[0]]++
-			}
-			if tc.groups >= len(nodes) && (prefs["n8"] == 0 || prefs["n9"] == 0) {
-				t.Fatalf("a joined node is the preferred leader of no group: %v", p.Groups)
-			}
+			evenLeads(t, p, nodes)
 			// Drain nodes down to the replicas' number, one at a time:
 			// each leaves hosting nothing, the others balanced.
 			for len(nodes) > tc.replicas {
@@ -116,6 +132,7 @@ func TestPlacementMovesOneReplicaAtATimeUntilBalanced(t *testing.T) {
 				}
 				p.Drain = nil
 				balanced(t, p, nodes, tc.replicas)
+				evenLeads(t, p, nodes)
 			}
 			// A node that left group 0 without being drained (lost)
 			// gives its replicas up too.
