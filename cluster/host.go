@@ -71,10 +71,6 @@ func (h *Host) Group(g int) *Node { return h.groups[g].Load() }
 // Data is the number of data groups.
 func (h *Host) Data() int { return len(h.groups) - 1 }
 
-// Replicas is each data group's number of members, 0 when every node
-// hosts every group.
-func (h *Host) Replicas() int { return h.replicas }
-
 // Hosted is how many data groups this node hosts now.
 func (h *Host) Hosted() int {
 	n := 0

@@ -18,9 +18,9 @@ import (
 // host them: it keeps a link to every other member of group 0 on the raft
 // port (link id viewsLink, so the same mutual TLS and node check), over
 // which that node reports, for each group it hosts, the leader its
-// replica knows of, in which term, and where that leader serves, and the
-// group's voters and non-voters as its replica's latest configuration
-// names them. A report is sent when it changes, and at least every
+// replica knows of, in which term, and where that leader serves, and with
+// replicas the group's voters and non-voters as its replica's latest
+// configuration names them. A report is sent when it changes, and at least every
 // viewsBeat; a link silent for viewsTimeout is closed and dialled again,
 // and links go to the members group 0 has at each viewsBeat. Of the
 // reports for a group, the one of the highest term wins: a member cut off
@@ -32,9 +32,10 @@ const (
 	viewsBeat    = time.Second
 	viewsTimeout = 3 * viewsBeat
 	viewsRetry   = 200 * time.Millisecond
-	// viewsMax bounds a report: an entry of under 256 bytes for each of
-	// at most config's 256 data groups.
-	viewsMax = 64 << 10
+	// viewsMax bounds a report: an entry of under 1 KiB (a leader, an
+	// address and, with replicas, a few members' ids) for each of at most
+	// config's 256 data groups.
+	viewsMax = 256 << 10
 )
 
 // view is one group's leader as a node that hosts the group sees it.
@@ -192,7 +193,9 @@ func (v *views) own() []view {
 		}
 		id, addr := v.h.Leader(g)
 		w := view{G: g, Term: nd.Raft.CurrentTerm(), Leader: id, Addr: addr, Lead: nd.Raft.State() == raft.Leader}
-		w.Voters, w.Nonvoters, _ = configOf(nd)
+		if v.h.replicas > 0 { // else every node hosts every group
+			w.Voters, w.Nonvoters, _ = configOf(nd)
+		}
 		out = append(out, w)
 	}
 	return out
