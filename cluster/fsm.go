@@ -580,6 +580,14 @@ func (f *FSM) placement() (p placement, ok bool) {
 	return *f.place, true // entries replace it whole, never change it
 }
 
+// tubeCount is how many tubes the state holds: those of live jobs, and
+// the paused ones.
+func (f *FSM) tubeCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.tubes)
+}
+
 // jobCount is how many live jobs the state holds.
 func (f *FSM) jobCount() int {
 	f.mu.Lock()

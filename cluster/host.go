@@ -477,6 +477,8 @@ type GroupStatus struct {
 	Replicas int      `json:"replicas,omitempty"`
 	Placed   []string `json:"placed,omitempty"`
 	Jobs     int      `json:"jobs"` // in the group's replicated state on this node
+	// Tubes is how many tubes hold live jobs or are paused, in the same.
+	Tubes int `json:"tubes"`
 	// CommitIndex and AppliedIndex are the group's raft indexes on this
 	// node, as GET /cluster gives group 0's.
 	CommitIndex  uint64 `json:"commit_index"`
@@ -499,7 +501,7 @@ func (h *Host) Status() any {
 		} else {
 			_, leader := nd.Raft.LeaderWithID()
 			st = GroupStatus{Group: g, Leader: string(leader), State: stateName(nd.Raft.State()), Term: nd.Raft.CurrentTerm(),
-				Jobs: nd.FSM.jobCount(), CommitIndex: atou(nd.Raft.Stats()["commit_index"]), AppliedIndex: nd.Raft.AppliedIndex()}
+				Jobs: nd.FSM.jobCount(), Tubes: nd.FSM.tubeCount(), CommitIndex: atou(nd.Raft.Stats()["commit_index"]), AppliedIndex: nd.Raft.AppliedIndex()}
 			st.Voters, st.Nonvoters, _ = configOf(nd)
 		}
 		st.Members = len(st.Voters) + len(st.Nonvoters)

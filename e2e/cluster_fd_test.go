@@ -41,16 +41,7 @@ func TestClusterFollowerKeepsDescriptorsForRaft(t *testing.T) {
 
 	f := startFlood(flooded.srv.addr, nofile+64)
 	defer f.close()
-	// Until every client has come back at least once, the follower's
-	// descriptors are sampled at each poll.
-	most := 0
-	waitFor(t, 30*time.Second, "the flooded follower to shed clients", func() bool {
-		if exited(flooded.srv) {
-			t.Fatalf("the flooded node exited: %v", flooded.srv.waitErr)
-		}
-		most = max(most, procFDs(t, pid))
-		return f.served.Load() > 0 && f.shed.Load() >= nofile+64
-	})
+	most := f.untilShed(t, flooded.srv, nofile+64, 30*time.Second)
 	shed := f.shed.Load()
 	refused := tc.status(flooded).ForwardRefused
 	t.Logf("before the leader's death: %d clients forwarded, %d shed (%d counted by the node); at most %d of %d descriptors open",
@@ -98,6 +89,21 @@ type flood struct {
 }
 
 const floodPause = 100 * time.Millisecond
+
+// untilShed waits until some of the flood's clients were served and n
+// were closed unanswered, s still running, and returns the most
+// descriptors s held meanwhile, sampled at each poll.
+func (f *flood) untilShed(t *testing.T, s *server, n int64, within time.Duration) (most int) {
+	t.Helper()
+	waitFor(t, within, "the flooded node to shed clients", func() bool {
+		if exited(s) {
+			t.Fatalf("the flooded node exited: %v", s.waitErr)
+		}
+		most = max(most, procFDs(t, s.pid()))
+		return f.served.Load() > 0 && f.shed.Load() >= n
+	})
+	return most
+}
 
 func startFlood(addr string, n int) *flood {
 	f := &flood{stop: make(chan struct{}), conns: map[net.Conn]struct{}{}}

@@ -215,7 +215,7 @@ func TestGroupsServeEveryCommandThroughAnyNode(t *testing.T) {
 			t.Fatalf("%d groups (%v):\n%s", len(gs), err, out)
 		}
 		for g, st := range gs {
-			if st.Group != g || st.Leader == "" || st.Members != 3 || g > 0 && st.Jobs < 1 {
+			if st.Group != g || st.Leader == "" || st.Members != 3 || g > 0 && (st.Jobs < 1 || st.Tubes < 1) {
 				t.Fatalf("group %d: %+v", g, st)
 			}
 		}
@@ -411,8 +411,9 @@ func TestGroupsReserveOverTubesOfSeveralGroups(t *testing.T) {
 	expect(t, w, fmt.Sprintf("RESERVED %d 2\r\nbb\r\n", idb))
 	mustSend(t, w, "reserve\r\n")
 	expect(t, w, fmt.Sprintf("RESERVED %d 2\r\naa\r\n", ida))
-	// The first reserve peeked at a's job and left it: reserved once, by
-	// the second, and never released.
+	// The first reserve took a's job (a's group comes first), and put it
+	// back unseen, the job in b's group being more urgent: it is reserved
+	// once, by the second reserve, and never released.
 	mustSend(t, w, fmt.Sprintf("stats-job %d\r\n", ida))
 	expectYAMLContains(t, w, "reserves: 1", "releases: 0", "state: reserved")
 	mustSend(t, w, fmt.Sprintf("delete %d\r\ndelete %d\r\n", ida, idb))
@@ -439,6 +440,7 @@ type groupStatus struct {
 	Leader, State string
 	Term          uint64
 	Members, Jobs int
+	Tubes         int
 	Voters        []string
 	Nonvoters     []string
 	Placed        []string // the nodes group 0's placement puts a data group's replicas on

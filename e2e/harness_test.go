@@ -378,12 +378,53 @@ func startProcRetry(bin, network, path string, extra []string) (*server, error) 
 	return nil, err
 }
 
-// usedPorts remembers every port handed out, so that two servers of this
-// test process never race for the same one.
-var usedPorts = struct {
+// Ports for the servers a test starts come from below the kernel's range
+// of ephemeral ports, which the connections that tests and servers open
+// take their own ports from: a port picked from that range could be taken
+// by one of them between being picked and being bound (a cluster node
+// starts seconds after its port is picked, and a restarted one rebinds
+// its port). Each test process (make test runs two at once) claims a
+// slot of portsPerProcess of them, by a lock on a file of the temporary
+// directory that it holds for its life, and hands them out in turn,
+// skipping those some listener holds, each once: a node stopped and
+// started again binds its port again. A process that runs out of its
+// slot, or finds none free, takes ports from the kernel.
+const portsPerProcess, portSlots = 7680, 4
+
+var ports = struct {
 	sync.Mutex
-	m map[int]bool
-}{m: map[int]bool{}}
+	base, next int // base 0: no slot, ports come from the kernel
+	// handed are the ports the kernel picked that were handed out,
+	// without a slot: the kernel may pick one again before its server
+	// binds it.
+	handed map[int]bool
+}{handed: map[int]bool{}}
+
+func init() {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	for k := range portSlots {
+		base := low - (k+1)*portsPerProcess
+		if base < 1024 {
+			break
+		}
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("beanpole-e2e-ports-%d.lock", k)), os.O_RDWR|os.O_CREATE, 0o666)
+		if err != nil {
+			break
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			ports.base = base // f stays open, and locked, for the process's life
+			return
+		}
+		f.Close()
+	}
+}
 
 func freePort() (int, error) {
 	l, err := listenFresh()
@@ -394,21 +435,26 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// listenFresh listens on a loopback port that no other server of this
-// test process was handed: a listener on port 0 may otherwise get a port
-// that freePort gave a server which has not bound it yet.
+// listenFresh listens on the next port of this process's slot that no
+// listener holds (without a slot, or once it is used up, on one the
+// kernel picks that this process has not handed out).
 func listenFresh() (net.Listener, error) {
+	ports.Lock()
+	defer ports.Unlock()
+	for ; ports.base != 0 && ports.next < portsPerProcess; ports.next++ {
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports.base+ports.next)))
+		if err == nil {
+			ports.next++
+			return l, nil
+		}
+	}
 	for {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, err
 		}
-		port := l.Addr().(*net.TCPAddr).Port
-		usedPorts.Lock()
-		fresh := !usedPorts.m[port]
-		usedPorts.m[port] = true
-		usedPorts.Unlock()
-		if fresh {
+		if port := l.Addr().(*net.TCPAddr).Port; !ports.handed[port] {
+			ports.handed[port] = true
 			return l, nil
 		}
 		l.Close()

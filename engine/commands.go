@@ -196,27 +196,34 @@ func (c *Client) Release(id uint64, pri uint32, delay time.Duration) (bool, erro
 	if j == nil {
 		return false, nil
 	}
-	return true, c.release(j, pri, delay, 1)
+	return true, c.release(j, pri, delay, true)
 }
 
 // Unreserve gives back a job c holds as a release with the job's own
-// priority and no delay does, but counts no release: a router that
-// reserved on several groups at once puts back the job a group handed out
-// after another group answered first, and nobody released it. Its record
-// is that release's, with the job's counters as they are. Errors as
-// Release's.
+// priority and no delay does, but counts neither a release nor the
+// reserve that took it: a router that reserved on several groups at once
+// puts back the job a group handed out that its client was not given, and
+// nobody reserved or released it. Its record is that release's, with the
+// job's counters so. Errors as Release's.
 func (c *Client) Unreserve(id uint64) (bool, error) {
 	j := c.lockReserved(id)
 	if j == nil {
 		return false, nil
 	}
-	return true, c.release(j, j.Pri, 0, 0)
+	return true, c.release(j, j.Pri, 0, false)
 }
 
-// release is Release and Unreserve for j, which c holds, with its tube
-// locked (lockReserved); it counts releases (0 or 1) in j's releases and
+// release is Release (counted) and Unreserve (not) for j, which c holds,
+// with its tube locked (lockReserved); counted, it counts a release in
+// j's releases, and otherwise takes back the reserve in j's reserves. It
 // unlocks the tube.
-func (c *Client) release(j *Job, pri uint32, delay time.Duration, releases uint32) error {
+func (c *Client) release(j *Job, pri uint32, delay time.Duration, counted bool) error {
+	var releases, unreserves uint32
+	if counted {
+		releases = 1
+	} else if j.reserves > 0 {
+		unreserves = 1
+	}
 	t := j.Tube
 	now := c.e.mono()
 	if c.e.jl != nil {
@@ -226,6 +233,7 @@ func (c *Client) release(j *Job, pri uint32, delay time.Duration, releases uint3
 		}
 		cnt := j.counters()
 		cnt.Releases += releases
+		cnt.Reserves -= unreserves
 		if err := c.logged(c.e.jl.Release(j.ID, pri, delay, deadline, cnt, c.ack())); err != nil {
 			t.mu.Unlock()
 			return err
@@ -237,6 +245,7 @@ func (c *Client) release(j *Job, pri uint32, delay time.Duration, releases uint3
 	j.Pri = pri
 	j.delay = seconds(delay)
 	j.releases += releases
+	j.reserves -= unreserves
 	var cl claims
 	if delay > 0 {
 		j.deadline = now + int64(delay)

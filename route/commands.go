@@ -25,6 +25,42 @@ func (s *session) forward(g int, usesTube bool, id uint64, small bool, parts ...
 	return s.send(b, id, parts...) && (small || s.settle())
 }
 
+// read runs a command that changes nothing (peek*, stats-job,
+// stats-tube) at group g, once every reply still to come is in. When its
+// connection to the group is lost before the reply (the group's leader
+// died, stopped, or handed its lead over) and held none of the session's
+// reservations, the command is sent again at the group's next leader,
+// unseen by the client, as a waiting reserve is (reserveOn).
+func (s *session) read(g int, usesTube bool, id uint64, line []byte) bool {
+	if !s.settle() {
+		return false
+	}
+	var l losses
+	for {
+		b, err := s.backend(g)
+		if err != nil {
+			return false
+		}
+		if usesTube {
+			s.useAt(b, s.use)
+		}
+		l.try()
+		s.lost = nil
+		if s.send(b, id, line) && s.settle() {
+			return true
+		}
+		if s.lost != b || len(b.held) > 0 {
+			return false
+		}
+		clear(s.pend)
+		s.pend = s.pend[:0]
+		s.drop(b)
+		if !l.lost() {
+			return false
+		}
+	}
+}
+
 // watchedByGroup is the session's watched tubes by group, and the groups
 // in order.
 func (s *session) watchedByGroup() (map[int][]string, []int) {
@@ -60,10 +96,28 @@ const (
 	fresh
 )
 
-// maxQuickLosses bounds how often in a row a reserve is lost within a
+// maxQuickLosses bounds how often in a row a command is lost within a
 // second of being sent before its client's connection is closed: leaders
 // that keep closing what they are sent are not failing over.
 const maxQuickLosses = 20
+
+// losses are the losses in a row of a command sent again at each.
+type losses struct {
+	quick int       // in a row, each within a second of its try
+	tried time.Time // when the last try began
+}
+
+// try notes that a try begins.
+func (l *losses) try() { l.tried = time.Now() }
+
+// lost counts a loss of the last try, and says whether the command may be
+// tried again.
+func (l *losses) lost() bool {
+	if l.quick++; time.Since(l.tried) >= time.Second {
+		l.quick = 0
+	}
+	return l.quick <= maxQuickLosses
+}
 
 // reserving is a reserve under way: what it needs to go on after a loss,
 // or once its session resumes it.
@@ -73,10 +127,9 @@ type reserving struct {
 	line     []byte // the line sent, in lineBuf
 	lineBuf  [40]byte
 	deadline time.Time // reserve-with-timeout's
-	quick    int       // losses in a row, each within a second of its try
-	tried    time.Time // when the last try began
-	bs       []*backend
-	woke     int // which socket woke it: -1 the client's, i bs[i]'s
+	losses
+	bs   []*backend
+	woke int // which socket woke it: -1 the client's, i bs[i]'s
 }
 
 // reserve runs a reserve or reserve-with-timeout, again at a group's next
@@ -92,7 +145,7 @@ func (s *session) reserve(cmd *codec.Command, line []byte) bool {
 		return false
 	}
 	r := &s.rsv
-	r.c, r.quick = *cmd, 0
+	r.c, r.losses = *cmd, losses{}
 	r.deadline = time.Now().Add(time.Duration(r.c.Timeout) * time.Second)
 	r.line = append(r.lineBuf[:0], "reserve\r\n"...)
 	if r.c.Op == codec.OpReserveWithTimeout {
@@ -123,10 +176,7 @@ func (s *session) reserveOn(out outcome) bool {
 			r.on = true
 			return true
 		case lost:
-			if r.quick++; time.Since(r.tried) >= time.Second {
-				r.quick = 0
-			}
-			if r.quick > maxQuickLosses {
+			if !r.lost() {
 				return false
 			}
 			if r.c.Op == codec.OpReserveWithTimeout {
@@ -136,7 +186,7 @@ func (s *session) reserveOn(out outcome) bool {
 				r.setTimeout(uint32(max(0, (time.Until(r.deadline)+time.Second-1)/time.Second)))
 			}
 		}
-		r.tried = time.Now()
+		r.try()
 		out = s.reserveOnce(&r.c, r.line)
 	}
 }
@@ -272,18 +322,71 @@ func (s *session) reserveOnce(cmd *codec.Command, line []byte) outcome {
 	// What is ready now, most urgent first across the groups: every group
 	// names the job a reserve would take there (beanpole-peek-watched,
 	// which writes nothing), and the reserve runs at the group with the
-	// most urgent one. A job another worker took meanwhile sends it round
-	// again, peekRounds times at most.
-	for range peekRounds {
-		reps, ok := askAll(bs, func(*backend) string { return "beanpole-peek-watched\r\n" })
+	// most urgent one. At first, the group the session last took a job
+	// from (else the first) takes its job at once, behind naming it: when
+	// no other group names a more urgent one, that is the answer, in one
+	// round trip; otherwise it goes back, uncounted. Among groups, jobs of
+	// equal priority come in no set order: each group's ids come from a
+	// counter of its own. A job another worker took meanwhile sends it
+	// round again, peekRounds times at most.
+	take := max(0, slices.Index(groups, s.lastTake))
+	for round := range peekRounds {
+		if round > 0 {
+			take = -1
+			if !s.settle() { // a job put back
+				return broken
+			}
+		}
+		reps, ok := askAll(bs, func(b *backend) string {
+			if take >= 0 && b == bs[take] {
+				return "beanpole-peek-watched\r\nreserve-with-timeout 0\r\n"
+			}
+			return "beanpole-peek-watched\r\n"
+		})
 		if !ok {
 			return broken
 		}
+		var taken []byte
+		if take >= 0 {
+			rep, err := bs[take].readReply()
+			if err != nil {
+				return s.lostIf(bs[take], err)
+			}
+			if bytes.HasPrefix(rep, []byte("RESERVED ")) {
+				taken = bytes.Clone(rep)
+			}
+		}
+		// The most urgent job named, but the one taken's group's when it
+		// took one: that group's next is what it took.
 		best, bestID, bestPri := -1, uint64(0), uint64(0)
 		for i, rep := range reps {
-			if id, pri, ok := readyJob(rep); ok && (best < 0 || pri < bestPri || pri == bestPri && id < bestID) {
+			id, pri, ok := readyJob(rep)
+			if ok && (taken == nil || i != take) && (best < 0 || pri < bestPri || pri == bestPri && id < bestID) {
 				best, bestID, bestPri = i, id, pri
 			}
+		}
+		if taken != nil {
+			// The job taken is the one its group named, unless another
+			// worker took that one first: then its priority is asked.
+			id := replyID(taken)
+			named, pri, ok := readyJob(reps[take])
+			if !ok || named != id {
+				rep, err := bs[take].roundTrip([]byte("stats-job " + strconv.FormatUint(id, 10) + "\r\n"))
+				if err != nil {
+					return s.lostIf(bs[take], err)
+				}
+				if pri, ok = yamlUint(rep, "pri"); !ok {
+					return broken
+				}
+			}
+			if best < 0 || pri <= bestPri {
+				bs[take].note(taken, 0)
+				s.out = append(s.out, taken...)
+				s.lastTake = groups[take]
+				return answered
+			}
+			// Another group names a more urgent job.
+			s.own(bs[take], "UNRESERVED", "beanpole-unreserve "+strconv.FormatUint(id, 10)+"\r\n")
 		}
 		if best < 0 {
 			break
@@ -295,8 +398,12 @@ func (s *session) reserveOnce(cmd *codec.Command, line []byte) outcome {
 		if bytes.HasPrefix(rep, []byte("RESERVED ")) {
 			bs[best].note(rep, 0)
 			s.out = append(s.out, rep...)
+			s.lastTake = groups[best]
 			return answered
 		}
+	}
+	if !s.settle() { // a job put back
+		return broken
 	}
 	// Whatever is ready now, as above, but taken at once: every group is
 	// asked at once, and the priorities of what they offer are read at
@@ -559,7 +666,7 @@ func (s *session) readWaiting() bool {
 		n, err := s.c.Read(s.buf[len(s.buf) : len(s.buf)+readChunk])
 		s.buf = s.buf[:len(s.buf)+n]
 		switch {
-		case len(s.buf) > s.r.waitCap:
+		case len(s.buf) > s.r.waitCap || !s.hold(&s.heldIn, len(s.buf)):
 			return false
 		case err != nil:
 			s.ended = s.ended || !isTimeout(err)
@@ -642,22 +749,36 @@ func readyJob(rep []byte) (id, pri uint64, ok bool) {
 }
 
 // askAll sends each backend the command line(b) gives it, all at once,
-// then reads their replies, in order; each is a copy.
+// then reads their replies, in order; each is a copy. False if any failed.
 func askAll(bs []*backend, line func(b *backend) string) ([][]byte, bool) {
-	for _, b := range bs {
-		if _, err := b.wr.WriteString(line(b)); err != nil || b.wr.Flush() != nil {
-			return nil, false
-		}
-	}
-	reps := make([][]byte, len(bs))
+	reps, failed := askEach(bs, line)
+	return reps, len(failed) == 0
+}
+
+// askEach is askAll that reads every reply it can, and says which
+// backends failed.
+func askEach(bs []*backend, line func(b *backend) string) (reps [][]byte, failed []*backend) {
+	sent := make([]bool, len(bs))
 	for i, b := range bs {
+		if _, err := b.wr.WriteString(line(b)); err != nil || b.wr.Flush() != nil {
+			failed = append(failed, b)
+			continue
+		}
+		sent[i] = true
+	}
+	reps = make([][]byte, len(bs))
+	for i, b := range bs {
+		if !sent[i] {
+			continue
+		}
 		rep, err := b.readReply()
 		if err != nil {
-			return nil, false
+			failed = append(failed, b)
+			continue
 		}
 		reps[i] = bytes.Clone(rep)
 	}
-	return reps, true
+	return reps, failed
 }
 
 // yamlUint is the value of key in a YAML reply (stats-job's pri, say).
@@ -688,25 +809,55 @@ func (s *session) listTubes() bool {
 			}
 		}
 	}
-	s.out = codec.AppendTubeList(s.out, names)
+	s.longReply(codec.AppendTubeList(nil, names))
 	return true
 }
 
-// askEveryGroup sends line to every group at once and reads their
-// replies, in group order.
+// longReply gives the client a list reply the router built. One past
+// longReply bytes is held against the router's budget until its client
+// takes it; past the budget it is answered OUT_OF_MEMORY instead, as one
+// server answers a list it has no room for, and the session goes on.
+func (s *session) longReply(rep []byte) {
+	if len(rep) > longReply && !s.hold(&s.heldOut, int(s.heldOut)+len(rep)) {
+		rep = codec.RepOutOfMemory
+	}
+	s.reply(rep)
+}
+
+// askEveryGroup sends line, a command that changes nothing, to every
+// group at once and reads their replies, in group order. A connection
+// lost before its reply, holding none of the session's reservations, is
+// replaced at its group's next leader and every group asked again, as
+// read does.
 func (s *session) askEveryGroup(line string) ([][]byte, bool) {
 	if !s.settle() {
 		return nil, false
 	}
+	var l losses
 	bs := make([]*backend, s.r.cfg.Groups)
-	for g := 1; g <= s.r.cfg.Groups; g++ {
-		b, err := s.backend(g)
-		if err != nil {
+	for {
+		for g := 1; g <= s.r.cfg.Groups; g++ {
+			b, err := s.backend(g)
+			if err != nil {
+				return nil, false
+			}
+			bs[g-1] = b
+		}
+		l.try()
+		reps, failed := askEach(bs, func(*backend) string { return line })
+		if len(failed) == 0 {
+			return reps, true
+		}
+		for _, b := range failed {
+			if len(b.held) > 0 {
+				return nil, false
+			}
+			s.drop(b)
+		}
+		if !l.lost() {
 			return nil, false
 		}
-		bs[g-1] = b
 	}
-	return askAll(bs, func(*backend) string { return line })
 }
 
 // firstOnly are the stats that are not summed over the groups: the first

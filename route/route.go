@@ -16,9 +16,10 @@
 // (park.go): one goroutine waits on an epoll set of their sockets.
 //
 // When a group's leader dies, stops or hands its lead over, a session's
-// backend to it is replaced at its next leader unseen by the client, and
-// a reserve waiting there waits on at the next leader, as long as the
-// session held no reservation in that group. Otherwise the client's
+// backend to it is replaced at its next leader unseen by the client, a
+// reserve waiting there waits on at the next leader, and a read on its way
+// there is sent again, as long as the session held no reservation in that
+// group. Otherwise the client's
 // connection is closed, as a single server's death closes it: the
 // reservations the session held in that group are ready again at its next
 // leader, and a command on its way may or may not have run.
@@ -55,6 +56,11 @@ type Config struct {
 	// LeaderWait bounds how long a command waits for its group to have a
 	// leader (an election) before its client's connection is closed.
 	LeaderWait time.Duration
+	// Budget bounds what the router holds for its clients all together
+	// (0: no bound): the input of sessions whose reserve waits, and
+	// list replies over 64 KiB that their clients have not taken (the
+	// input budget, as one server holds of its waiting connections).
+	Budget int64
 	// ReserveFDs is how many descriptors under the open-file limit the
 	// router leaves to raft (cluster.ReserveFDs): a client, or a session's
 	// connection to a group, that would take one of them is closed at
@@ -97,7 +103,26 @@ type Router struct {
 	tlsOpen                     atomic.Int64
 	// warned is when a line about refusing or shedding was last logged.
 	warned atomic.Int64
+	// held is what the sessions hold against Config.Budget.
+	held atomic.Int64
 }
+
+// longReply is the size past which a list reply the router builds is
+// held against its budget, as one server holds one against its ceiling.
+const longReply = 64 << 10
+
+// charge takes n bytes of the router's budget; false, taking none, if
+// that would pass it.
+func (r *Router) charge(n int64) bool {
+	if r.held.Add(n) > r.cfg.Budget && r.cfg.Budget > 0 {
+		r.held.Add(-n)
+		return false
+	}
+	return true
+}
+
+// Held is how many bytes the sessions hold against the router's budget.
+func (r *Router) Held() int64 { return r.held.Load() }
 
 // leaderRefresh is how often the router looks up where each group's
 // leader serves. A backend to a leader that lost its lead meanwhile gets

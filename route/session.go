@@ -54,6 +54,16 @@ type session struct {
 	fds []int
 	// rsv is the reserve under way.
 	rsv reserving
+	// lost is the backend whose failure ended the last settle that
+	// failed, if one did.
+	lost *backend
+	// lastTake is the group a reserve over several groups last took a
+	// job from (0: none yet).
+	lastTake int
+	// heldIn is what the session holds against the router's budget of
+	// its client's input while a reserve waits; heldOut of a long reply
+	// its client has not taken.
+	heldIn, heldOut int64
 }
 
 // pending is one reply still to come to a client.
@@ -155,8 +165,11 @@ func (s *session) run() bool {
 	}
 }
 
-// end closes the session's backends and its client's connection.
+// end closes the session's backends and its client's connection, and
+// gives back what it held of the router's budget.
 func (s *session) end() {
+	s.hold(&s.heldIn, 0)
+	s.hold(&s.heldOut, 0)
 	for _, b := range s.b {
 		s.drop(b)
 	}
@@ -227,7 +240,22 @@ func isTimeout(err error) bool {
 // client's connection is closed.
 func (s *session) take(p []byte) bool {
 	s.buf = append(s.buf, p...)
-	return len(s.buf) <= s.r.waitCap
+	return len(s.buf) <= s.r.waitCap && s.hold(&s.heldIn, len(s.buf))
+}
+
+// hold has *held, one of the session's charges against the router's
+// budget, be n bytes; false, leaving it as it was, if the budget cannot
+// take the growth.
+func (s *session) hold(held *int64, n int) bool {
+	d := int64(n) - *held
+	if d > 0 && !s.r.charge(d) {
+		return false
+	}
+	if d < 0 {
+		s.r.held.Add(d)
+	}
+	*held = int64(n)
+	return true
 }
 
 func (s *session) flush() bool {
@@ -236,11 +264,14 @@ func (s *session) flush() bool {
 	}
 	_, err := s.c.Write(s.out)
 	s.out = s.out[:0]
+	s.hold(&s.heldOut, 0)
 	return err == nil
 }
 
 // runBuffered runs every command buffered whole; false ends the session.
+// What it holds is no longer a waiting client's input.
 func (s *session) runBuffered() bool {
+	s.hold(&s.heldIn, 0)
 	off := 0
 	defer func() { s.buf = s.buf[:copy(s.buf, s.buf[off:])] }()
 	for {
@@ -249,7 +280,10 @@ func (s *session) runBuffered() bool {
 		off += f.N
 		switch f.Event {
 		case codec.More:
-			return s.settle()
+			// The replies the client has whole go out before those still
+			// to come are waited for (a job put back behind a reserve's
+			// reply, say).
+			return s.flush() && s.settle()
 		case codec.Line:
 			if !s.dec.Idle() && !s.dec.Skipping() { // a put whose body follows
 				if !s.putLine(s.buf[off-f.N : off]) {
@@ -365,7 +399,7 @@ func (s *session) command(st codec.Status, cmd *codec.Command, line []byte) bool
 		for i, t := range s.watch {
 			names[i] = []byte(t)
 		}
-		s.reply(codec.AppendTubeList(s.scratch[:0], names))
+		s.longReply(codec.AppendTubeList(nil, names))
 	case codec.OpQuit:
 		// What came before it is answered.
 		s.settle()
@@ -376,15 +410,17 @@ func (s *session) command(st codec.Status, cmd *codec.Command, line []byte) bool
 	case codec.OpKick:
 		return s.forward(GroupOfTube([]byte(s.use), n), true, 0, true, line)
 	case codec.OpPeekReady, codec.OpPeekDelayed, codec.OpPeekBuried:
-		return s.forward(GroupOfTube([]byte(s.use), n), true, 0, false, line)
+		return s.read(GroupOfTube([]byte(s.use), n), true, 0, line)
 	case codec.OpPauseTube:
 		return s.forward(GroupOfTube(cmd.Tube, n), false, 0, true, line)
 	case codec.OpStatsTube:
-		return s.forward(GroupOfTube(cmd.Tube, n), false, 0, false, line)
+		return s.read(GroupOfTube(cmd.Tube, n), false, 0, line)
 	case codec.OpDelete, codec.OpRelease, codec.OpBury, codec.OpTouch, codec.OpKickJob:
 		return s.forward(GroupOfID(cmd.ID, n), false, cmd.ID, true, line)
-	case codec.OpReserveJob, codec.OpPeek, codec.OpStatsJob:
+	case codec.OpReserveJob:
 		return s.forward(GroupOfID(cmd.ID, n), false, cmd.ID, false, line)
+	case codec.OpPeek, codec.OpStatsJob:
+		return s.read(GroupOfID(cmd.ID, n), false, cmd.ID, line)
 	case codec.OpListTubes:
 		return s.listTubes()
 	case codec.OpStats:
@@ -411,6 +447,7 @@ func (s *session) settle() bool {
 	}
 	for _, b := range s.b {
 		if b.wr.Buffered() > 0 && b.wr.Flush() != nil {
+			s.lost = b
 			return false
 		}
 	}
@@ -432,6 +469,7 @@ func (s *session) settle() bool {
 		} else {
 			var err error
 			if rep, err = p.b.readReply(); err != nil {
+				s.lost = p.b
 				return false
 			}
 		}

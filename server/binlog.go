@@ -31,6 +31,14 @@ func reserveFDs(cfg *config.Config) int {
 	return 16
 }
 
+// routerReserveFDs is how many descriptors the router of a node of many
+// groups keeps from its clients: its node's reserve for raft, and as many
+// again for the connections other nodes' routers open to the groups this
+// node leads (whose internal listeners keep the reserve for raft alone).
+// So the node's own clients, however many, leave the groups it leads
+// within the reach of the other nodes' clients.
+func routerReserveFDs(cfg *config.Config) int { return 2 * reserveFDs(cfg) }
+
 // openBinlog opens and replays the -b directory into the engine and makes
 // the engine log through it. It returns a non-zero exit code on failure.
 func (s *Server) openBinlog(eng *engine.Engine) (*persist.Log, int) {

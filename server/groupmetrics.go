@@ -232,21 +232,25 @@ var (
 		"The highest raft index known committed in a data group this node hosts.", []string{"group"}, nil)
 	descGroupApplied = prometheus.NewDesc("beanpole_cluster_group_applied_index",
 		"The highest raft index applied to this node's state of a data group it hosts.", []string{"group"}, nil)
+	descHeld = prometheus.NewDesc("beanpole_route_held_bytes",
+		"What the router holds for this node's clients against the input budget: their input while their reserves wait, and list replies over 64 KiB they have not taken.", nil, nil)
 	descParked = prometheus.NewDesc("beanpole_route_parked_clients",
 		"Client connections of this node whose sessions hold no goroutine and no read buffer: those idle long enough to be parked, and those whose reserve waits, until the client or a group they wait at sends.", nil, nil)
 )
 
 // Describe is prometheus.Collector's.
 func (gs *groupStats) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descGroupLeader, descGroupTerm, descGroupCommit, descGroupApplied, descParked} {
+	for _, d := range []*prometheus.Desc{descGroupLeader, descGroupTerm, descGroupCommit, descGroupApplied, descParked, descHeld} {
 		ch <- d
 	}
 }
 
 // Collect is prometheus.Collector's: which data groups this node leads,
-// the raft figures of those it hosts, and the router's parked clients.
+// the raft figures of those it hosts, and the router's parked clients and
+// what it holds for its clients.
 func (gs *groupStats) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descParked, prometheus.GaugeValue, float64(gs.rt.Parked()))
+	ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(gs.rt.Held()))
 	led := *gs.led.Load()
 	for g := 1; g <= gs.n; g++ {
 		label := strconv.Itoa(g)

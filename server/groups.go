@@ -44,9 +44,13 @@ func (s *Server) runGroups(host *cluster.Host) int {
 		}
 		return d.Dial("tcp", addr)
 	}
+	// The router holds its clients' input while their reserves wait, and
+	// long list replies, against the input budget, as one server holds
+	// its waiting connections' input.
+	_, budget := s.memoryLimits()
 	rt := route.New(route.Config{Groups: n, Dial: dial, MaxJobSize: uint32(cfg.MaxJobSize), LeaderWait: leaderWait, Log: log,
-		ReserveFDs: reserveFDs(cfg),
-		Leader:     func(g int) string { _, addr := host.Leader(g); return addr }})
+		ReserveFDs: routerReserveFDs(cfg), Budget: budget,
+		Leader: func(g int) string { _, addr := host.Leader(g); return addr }})
 	s.watchGroups(host, rt)
 	for _, ln := range s.lns {
 		go func() { _ = rt.Serve(ln) }()

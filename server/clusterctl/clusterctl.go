@@ -37,8 +37,8 @@ usually the nodes' --tls-client-ca; without it the system's CAs are used.
   groups                         the node's view of every raft group it
                                  hosts (group 0, and with --groups the
                                  data groups): leader, its own state, term,
-                                 members (voters, non-voters), jobs (JSON;
-                                 needs the token)
+                                 members (voters, non-voters), jobs, tubes
+                                 (JSON; needs the token)
   add --id ID --raft HOST:PORT   add a node to the group as a non-voter,
                                  promoted to voter once it has caught up
                                  (fails, naming the error, when the node
