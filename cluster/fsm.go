@@ -29,9 +29,6 @@ const (
 	entryLeader  byte = 2 // a new leader's id and client address
 	// entryLeave: a leader asked to leave the group (membership.go).
 	entryLeave byte = 16
-	// entryPlacement: where the data groups' replicas live (placement.go),
-	// in group 0.
-	entryPlacement byte = 17
 )
 
 // FSM is a node's replicated state: the live jobs, the highest id any
@@ -55,9 +52,6 @@ type FSM struct {
 	lent atomic.Pointer[func(id uint64) ([]byte, bool)]
 	// leave is the latest leader's request to leave the group.
 	leave leaveRequest
-	// place is the data groups' placement, nil until group 0's leader
-	// first writes it.
-	place *placement
 	// confs are the configurations raft committed since the last
 	// takeConfigurations, in order.
 	confs []committedConf
@@ -112,9 +106,6 @@ func (f *FSM) Apply(l *raft.Log) any {
 		f.leaderID, f.clients[id] = id, plain
 	case entryLeave:
 		f.leave = parseLeave(l.Data)
-	case entryPlacement:
-		p, _ := parsePlacement(l.Data[1:]) // checked above
-		f.place = &p
 	}
 	return nil
 }
@@ -131,9 +122,6 @@ func validEntry(data []byte) error {
 		return validAnnouncement(data[1:])
 	case entryLeave:
 		return validLeave(data)
-	case entryPlacement:
-		_, err := parsePlacement(data[1:])
-		return err
 	}
 	return fmt.Errorf("%w: unknown entry type %d", record.ErrBad, data[0])
 }
@@ -269,9 +257,6 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	defer f.mu.Unlock()
 	s := &snapshot{m: f.m, maxID: f.live.MaxID, jobs: make([]snapJob, 0, len(f.live.Jobs)), leader: f.leaderID + "\x00" + f.leaderClient,
 		pauses: f.pauseList()}
-	if f.place != nil {
-		s.place = placementEntry(*f.place)[1:]
-	}
 	for _, id := range slices.Sorted(maps.Keys(f.clients)) {
 		s.clients = append(s.clients, id+"\x00"+f.clients[id])
 	}
@@ -287,21 +272,14 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 // announcement, length-prefixed; then the number of nodes that have led
 // (u32) and each one's id and client address, NUL between them,
 // length-prefixed; then the number of paused tubes (u32) and each one's
-// pause record, length-prefixed; then the data groups' placement
-// (entryPlacement's payload, empty when none is written), length-prefixed.
-// Lengths and numbers are little-endian, lengths u32. A snapshot of the
-// second format (snapMagic2) ends before the placement; one of the first
-// (snapMagic1) after the announcement: it restores no pause and the
-// announcing leader's client address alone.
+// pause record, length-prefixed. Lengths and numbers are little-endian,
+// lengths u32. A snapshot of the first format (snapMagic1) ends after the
+// announcement: it restores no pause and the announcing leader's client
+// address alone.
 const (
-	snapMagic  = "beanpole-cluster-3\n"
-	snapMagic2 = "beanpole-cluster-2\n"
+	snapMagic  = "beanpole-cluster-2\n"
 	snapMagic1 = "beanpole-cluster-1\n"
 )
-
-// maxSnapPlacement bounds a snapshot's placement: every group's members
-// of the longest ids.
-const maxSnapPlacement = 1 << 26
 
 // maxSnapString bounds a snapshot's announcement, client address entry
 // and pause record: tube names and addresses are far shorter.
@@ -318,7 +296,6 @@ type snapshot struct {
 	leader  string
 	clients []string // id NUL address
 	pauses  []record.Pause
-	place   []byte // the placement's JSON, nil when none
 }
 
 // snapJob is a job as a snapshot holds it: the fields records change,
@@ -371,8 +348,6 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 			buf = record.AppendPause(binary.LittleEndian.AppendUint32(buf, 0), &s.pauses[i])
 			binary.LittleEndian.PutUint32(buf[at:], uint32(len(buf)-at-4))
 		}
-		buf = binary.LittleEndian.AppendUint32(buf, uint32(len(s.place)))
-		buf = append(buf, s.place...)
 		_, err = w.Write(buf)
 	}
 	if err == nil {
@@ -413,7 +388,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("cluster: snapshot header: %w", err)
 	}
 	magic := string(hdr[:len(snapMagic)])
-	if magic != snapMagic && magic != snapMagic2 && magic != snapMagic1 {
+	if magic != snapMagic && magic != snapMagic1 {
 		return errors.New("cluster: not a beanpole snapshot")
 	}
 	st := newState()
@@ -455,8 +430,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if id != "" {
 		clients[id] = plain
 	}
-	var place *placement
-	if magic != snapMagic1 {
+	if magic == snapMagic {
 		if clients, err = restoreClients(r); err != nil {
 			return err
 		}
@@ -464,47 +438,22 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 			return err
 		}
 	}
-	if magic == snapMagic {
-		if place, err = restorePlacement(r); err != nil {
-			return err
-		}
-	}
 	f.mu.Lock()
 	f.state = st
-	f.place = place
 	f.leaderID, f.leaderClient = id, addr
 	f.clients = clients
 	f.mu.Unlock()
 	return nil
 }
 
-// restorePlacement reads a snapshot's placement, checked as an entry's;
-// nil when it holds none.
-func restorePlacement(r io.Reader) (*placement, error) {
-	b, err := snapBytes(r, "placement", maxSnapPlacement)
-	if err != nil || len(b) == 0 {
-		return nil, err
-	}
-	p, err := parsePlacement(b)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: snapshot placement: %w", err)
-	}
-	return &p, nil
-}
-
 // snapString reads one length-prefixed string of a snapshot.
 func snapString(r io.Reader, what string) ([]byte, error) {
-	return snapBytes(r, what, maxSnapString)
-}
-
-// snapBytes reads one length-prefixed string of at most limit bytes.
-func snapBytes(r io.Reader, what string, limit uint32) ([]byte, error) {
 	var lenb [4]byte
 	if _, err := io.ReadFull(r, lenb[:]); err != nil {
 		return nil, fmt.Errorf("cluster: snapshot %s: %w", what, err)
 	}
 	n := binary.LittleEndian.Uint32(lenb[:])
-	if n > limit {
+	if n > maxSnapString {
 		return nil, fmt.Errorf("cluster: snapshot %s claims %d bytes", what, n)
 	}
 	b := make([]byte, n)
@@ -567,17 +516,6 @@ func restorePauses(r io.Reader, st *state) error {
 		st.apply(&rec)
 	}
 	return nil
-}
-
-// placement is the data groups' placement as group 0 last recorded it;
-// ok is false until its leader first writes one.
-func (f *FSM) placement() (p placement, ok bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.place == nil {
-		return p, false
-	}
-	return *f.place, true // entries replace it whole, never change it
 }
 
 // tubeCount is how many tubes the state holds: those of live jobs, and

@@ -1,13 +1,10 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -32,61 +29,23 @@ import (
 // Without replicas, each data group's leader makes the group's members
 // follow group 0's (follow), so a node added to or removed from group 0
 // joins or leaves every group, and the spreading, which reads group 0's
-// voters at each look, gives a joined node its share of the leads. With
-// replicas, group 0 records where each group's replicas live (placement),
-// its leader moves them one at a time as nodes join and are drained
-// (balance), each node opens and closes its replicas as the placement
-// names it (host), and each data group's leader makes its members follow
-// the placement (follow).
+// voters at each look, gives a joined node its share of the leads.
 type Host struct {
-	// groups[g] is this node's replica of group g, nil for a data group
-	// it does not host; replicas are opened and closed as the placement
-	// moves them, by the spreading's goroutine alone.
-	groups []atomic.Pointer[Node]
+	// Groups[g] is this node's replica of group g, nil for a data group
+	// it does not host.
+	Groups []*Node
 	views  *views // nil without data groups
 	// replicas is each data group's number of members (GroupMembers).
 	replicas int
-	// cfg is group 0's configuration, which a data group's is made from.
-	cfg Config
-	// data is what groupsFile records; the spreading's goroutine's.
-	data dataGroups
-	stop chan struct{}
-	done chan struct{}
-	// mu guards serve and served.
-	mu     sync.Mutex
-	serve  func(ctx context.Context, g int, nd *Node)
-	served map[int]*served
-}
-
-// served is a data group's run of the Serve func.
-type served struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-// Group is this node's replica of group g (0 to Data), nil while it does
-// not host it.
-func (h *Host) Group(g int) *Node { return h.groups[g].Load() }
-
-// Data is the number of data groups.
-func (h *Host) Data() int { return len(h.groups) - 1 }
-
-// Hosted is how many data groups this node hosts now.
-func (h *Host) Hosted() int {
-	n := 0
-	for g := 1; g < len(h.groups); g++ {
-		if h.Group(g) != nil {
-			n++
-		}
-	}
-	return n
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 // Leader is group g's leader and where it serves, "" while none is known:
 // as this node's replica of the group knows them, or for a group this
 // node does not host, as the nodes that host it report.
 func (h *Host) Leader(g int) (id, addr string) {
-	if nd := h.Group(g); nd != nil {
+	if nd := h.Groups[g]; nd != nil {
 		_, l := nd.Raft.LeaderWithID()
 		return string(l), nd.ServingAddr()
 	}
@@ -118,21 +77,23 @@ func OpenHost(cfg Config, data, replicas int) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Host{groups: make([]atomic.Pointer[Node], data+1), replicas: replicas, cfg: cfg, data: dg,
-		stop: make(chan struct{}), done: make(chan struct{}), served: map[int]*served{}}
-	h.groups[0].Store(zero)
+	h := &Host{Groups: make([]*Node, data+1), replicas: replicas, stop: make(chan struct{}), done: make(chan struct{})}
+	h.Groups[0] = zero
 	for _, g := range dg.hosts {
-		var boot []Member
-		if bootstrapped(cfg.Bootstrap, g, replicas, cfg.ID) {
-			boot = GroupMembers(cfg.Bootstrap, g, replicas)
+		c := cfg
+		c.Dir = filepath.Join(cfg.Dir, "groups", strconv.Itoa(g))
+		c.links, c.group = zero.links, uint16(g)
+		c.Log = cfg.Log.With().Int("group", g).Logger()
+		if len(cfg.Bootstrap) > 0 {
+			c.Bootstrap = GroupMembers(cfg.Bootstrap, g, replicas)
 		}
-		nd, err := Open(h.groupConfig(g, boot))
+		nd, err := Open(c)
 		if err != nil {
 			close(h.done)
 			h.Close()
 			return nil, fmt.Errorf("cluster: group %d: %w", g, err)
 		}
-		h.groups[g].Store(nd)
+		h.Groups[g] = nd
 	}
 	if data > 0 {
 		if h.views, err = openViews(h); err != nil {
@@ -145,17 +106,6 @@ func OpenHost(cfg Config, data, replicas int) (*Host, error) {
 	return h, nil
 }
 
-// groupConfig is data group g's configuration, bootstrapped with boot:
-// its stores under groups/g, on group 0's raft port.
-func (h *Host) groupConfig(g int, boot []Member) Config {
-	c := h.cfg
-	c.Dir = filepath.Join(h.cfg.Dir, "groups", strconv.Itoa(g))
-	c.links, c.group = h.Group(0).links, uint16(g)
-	c.Log = h.cfg.Log.With().Int("group", g).Logger()
-	c.Bootstrap = boot
-	return c
-}
-
 // maxGroup is the highest group id a link's preamble can name.
 const maxGroup = 1<<16 - 1
 
@@ -163,78 +113,19 @@ const maxGroup = 1<<16 - 1
 // raft port they share.
 func (h *Host) Close() error {
 	h.quiet()
-	h.StopServing()
 	if h.views != nil {
 		h.views.close()
 	}
 	var err error
-	for g := len(h.groups) - 1; g >= 0; g-- {
-		nd := h.Group(g)
-		if nd == nil {
+	for g := len(h.Groups) - 1; g >= 0; g-- {
+		if h.Groups[g] == nil {
 			continue
 		}
-		if cerr := nd.Close(); err == nil {
+		if cerr := h.Groups[g].Close(); err == nil {
 			err = cerr
 		}
 	}
 	return err
-}
-
-// Serve runs serve on a goroutine of its own for each data group this
-// node hosts, now and as it opens more, until StopServing, or until the
-// node closes its replica of the group: serve's ctx then ends, and the
-// replica closes once serve has returned.
-func (h *Host) Serve(serve func(ctx context.Context, g int, nd *Node)) {
-	h.mu.Lock()
-	h.serve = serve
-	h.mu.Unlock()
-	for g := 1; g < len(h.groups); g++ {
-		if nd := h.Group(g); nd != nil {
-			h.startServing(g, nd)
-		}
-	}
-}
-
-// StopServing ends every run of Serve's func and waits for them.
-func (h *Host) StopServing() {
-	h.mu.Lock()
-	h.serve = nil
-	runs := h.served
-	h.served = map[int]*served{}
-	h.mu.Unlock()
-	for _, r := range runs {
-		r.cancel()
-	}
-	for _, r := range runs {
-		<-r.done
-	}
-}
-
-func (h *Host) startServing(g int, nd *Node) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.serve == nil || h.served[g] != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &served{cancel: cancel, done: make(chan struct{})}
-	h.served[g] = r
-	serve := h.serve
-	go func() {
-		defer close(r.done)
-		serve(ctx, g, nd)
-	}()
-}
-
-func (h *Host) stopServing(g int) {
-	h.mu.Lock()
-	r := h.served[g]
-	delete(h.served, g)
-	h.mu.Unlock()
-	if r != nil {
-		r.cancel()
-		<-r.done
-	}
 }
 
 func (h *Host) spread(every time.Duration) {
@@ -258,8 +149,7 @@ func (h *Host) spread(every time.Duration) {
 }
 
 // handOff picks a group this node leads and the member to hand it to:
-//   - the group's preferred leader, its first member (GroupMembers), or
-//     with replicas the one group 0's placement gives it (preferred), if
+//   - the group's preferred leader, its first member (GroupMembers), if
 //     that is not this node and the group's own probes find it reachable
 //     and caught up (a transfer to any other would stall the group's
 //     writes until it timed out);
@@ -270,11 +160,11 @@ func (h *Host) spread(every time.Duration) {
 //
 // A group never leaves its preferred leader for the count, so the two
 // never undo each other: while every node is up, each leads the groups it
-// is preferred by, as many as any other give or take one; while
+// is the first member of, as many as any other give or take one; while
 // one is down, the others share its groups. Nothing while a group has no
 // known leader: an election is on, and its outcome changes the count.
 func (h *Host) handOff() (*Node, string) {
-	zero := h.Group(0)
+	zero := h.Groups[0]
 	f := zero.Raft.GetConfiguration()
 	if f.Error() != nil {
 		return nil, ""
@@ -288,8 +178,6 @@ func (h *Host) handOff() (*Node, string) {
 		}
 	}
 	self := zero.cfg.ID
-	p, placed := zero.FSM.placement()
-	prefs := preferred(p)
 	var mine, others []*Node
 	for _, g := range h.spreadGroups() {
 		id, _ := h.Leader(g)
@@ -299,7 +187,7 @@ func (h *Host) handOff() (*Node, string) {
 		if _, ok := leads[id]; ok {
 			leads[id]++
 		}
-		nd := h.Group(g)
+		nd := h.Groups[g]
 		if nd == nil || id != self || nd.Raft.State() != raft.Leader || nd.mem.busy.Load() {
 			continue
 		}
@@ -307,11 +195,7 @@ func (h *Host) handOff() (*Node, string) {
 		if g == 0 {
 			continue // a group of its own: nothing to spread
 		}
-		to := GroupMembers(voters, g, h.replicas)[0].ID
-		if placed && h.replicas > 0 {
-			to = prefs[g-1]
-		}
-		if to != self && nd.readyToLead(to) {
+		if to := GroupMembers(voters, g, h.replicas)[0].ID; to != self && nd.readyToLead(to) {
 			return nd, to
 		} else if to != self {
 			others = append(others, nd)
@@ -335,28 +219,26 @@ func (h *Host) handOff() (*Node, string) {
 }
 
 // follow has each data group this node leads follow group 0's members
-// (Node.follow), when every member hosts every group; with replicas, the
-// placement (place).
+// (Node.follow), when every member hosts every group. With replicas a
+// group's members are those GroupMembers placed it on, which a change of
+// group 0's members would place elsewhere: that is not carried out, and
+// group 0's members do not change (the HTTP side refuses it).
 func (h *Host) follow() {
-	if len(h.groups) == 1 {
+	if h.replicas > 0 || len(h.Groups) == 1 {
 		return
 	}
 	// Only a configuration that is group 0's latest here as well: a
 	// replica of group 0 that has not yet applied the configurations in
 	// its log (a node restarted) knows an older one committed.
-	zero := h.Group(0)
+	zero := h.Groups[0]
 	want, f := zero.committed(), zero.Raft.GetConfiguration()
 	if f.Error() != nil || !slices.Equal(f.Configuration().Servers, want) ||
 		!slices.ContainsFunc(want, func(s raft.Server) bool { return s.Suffrage == raft.Voter }) {
 		return
 	}
-	if h.replicas > 0 {
-		h.place(want)
-		return
-	}
-	for g := 1; g < len(h.groups); g++ {
-		if nd := h.Group(g); nd != nil && nd.Raft.State() == raft.Leader {
-			nd.follow(want, false)
+	for _, nd := range h.Groups[1:] {
+		if nd != nil && nd.Raft.State() == raft.Leader {
+			nd.follow(want)
 		}
 	}
 }
@@ -367,14 +249,13 @@ func (h *Host) follow() {
 // (follow), voting and handing over the leads it holds, so that no group
 // is left to elect a leader without it, which a group of two could not.
 func (h *Host) AwaitLeft(wait time.Duration) bool {
-	self := raft.ServerID(h.Group(0).cfg.ID)
-	t := time.NewTicker(h.Group(0).probeEvery())
+	self := raft.ServerID(h.Groups[0].cfg.ID)
+	t := time.NewTicker(h.Groups[0].probeEvery())
 	defer t.Stop()
 	deadline := time.Now().Add(wait)
 	for {
 		in := false
-		for g := 1; g < len(h.groups); g++ {
-			nd := h.Group(g)
+		for _, nd := range h.Groups[1:] {
 			if nd == nil {
 				continue
 			}
@@ -395,11 +276,11 @@ func (h *Host) AwaitLeft(wait time.Duration) bool {
 // when there are any (they run the commands; group 0 holds the members
 // alone then, and whoever leads it leads little), else group 0.
 func (h *Host) spreadGroups() []int {
-	if len(h.groups) == 1 {
+	if len(h.Groups) == 1 {
 		return []int{0}
 	}
-	gs := make([]int, 0, len(h.groups)-1)
-	for g := 1; g < len(h.groups); g++ {
+	gs := make([]int, 0, len(h.Groups)-1)
+	for g := 1; g < len(h.Groups); g++ {
 		gs = append(gs, g)
 	}
 	return gs
@@ -429,8 +310,7 @@ func (h *Host) HandOver(wait time.Duration) error {
 	done := make(chan error, 1)
 	go func() {
 		var first error
-		for g := range h.groups {
-			nd := h.Group(g)
+		for _, nd := range h.Groups {
 			if nd == nil || nd.Raft.State() != raft.Leader {
 				continue
 			}
@@ -467,16 +347,10 @@ type GroupStatus struct {
 	Term    uint64 `json:"term"`
 	Members int    `json:"members"`
 	// Voters and Nonvoters are the ids of the group's members, as this
-	// node's replica's latest configuration names them, or for a group it
-	// does not host, as the group's leader reports them.
+	// node's replica's latest configuration names them.
 	Voters    []string `json:"voters,omitempty"`
 	Nonvoters []string `json:"nonvoters,omitempty"`
-	// Replicas, of group 0, is each data group's number of members
-	// (--replicas), and Placed, of a data group, the nodes group 0's
-	// placement puts its replicas on, its preferred leader first.
-	Replicas int      `json:"replicas,omitempty"`
-	Placed   []string `json:"placed,omitempty"`
-	Jobs     int      `json:"jobs"` // in the group's replicated state on this node
+	Jobs      int      `json:"jobs"` // in the group's replicated state on this node
 	// Tubes is how many tubes hold live jobs or are paused, in the same.
 	Tubes int `json:"tubes"`
 	// CommitIndex and AppliedIndex are the group's raft indexes on this
@@ -486,48 +360,29 @@ type GroupStatus struct {
 }
 
 // Status is this node's view of every group, group 0 first: of a group
-// it does not host, the leader and members the hosts report, and the
-// state "elsewhere".
+// it does not host, the leader the hosts report, and the state "elsewhere".
 func (h *Host) Status() any {
-	out := make([]GroupStatus, 0, len(h.groups))
-	p, placed := h.Group(0).FSM.placement()
-	for g := range h.groups {
-		nd := h.Group(g)
-		var st GroupStatus
+	out := make([]GroupStatus, 0, len(h.Groups))
+	for g, nd := range h.Groups {
 		if nd == nil {
 			id, _ := h.Leader(g)
-			st = GroupStatus{Group: g, Leader: id, State: "elsewhere"}
-			st.Voters, st.Nonvoters, _ = h.views.config(g)
-		} else {
-			_, leader := nd.Raft.LeaderWithID()
-			st = GroupStatus{Group: g, Leader: string(leader), State: stateName(nd.Raft.State()), Term: nd.Raft.CurrentTerm(),
-				Jobs: nd.FSM.jobCount(), Tubes: nd.FSM.tubeCount(), CommitIndex: atou(nd.Raft.Stats()["commit_index"]), AppliedIndex: nd.Raft.AppliedIndex()}
-			st.Voters, st.Nonvoters, _ = configOf(nd)
+			out = append(out, GroupStatus{Group: g, Leader: id, State: "elsewhere"})
+			continue
 		}
-		st.Members = len(st.Voters) + len(st.Nonvoters)
-		if g == 0 {
-			st.Replicas = h.replicas
-		} else if placed && g <= len(p.Groups) {
-			st.Placed = p.Groups[g-1]
+		_, leader := nd.Raft.LeaderWithID()
+		st := GroupStatus{Group: g, Leader: string(leader), State: stateName(nd.Raft.State()), Term: nd.Raft.CurrentTerm(),
+			Jobs: nd.FSM.jobCount(), Tubes: nd.FSM.tubeCount(), CommitIndex: atou(nd.Raft.Stats()["commit_index"]), AppliedIndex: nd.Raft.AppliedIndex()}
+		if f := nd.Raft.GetConfiguration(); f.Error() == nil {
+			for _, s := range f.Configuration().Servers {
+				if s.Suffrage == raft.Voter {
+					st.Voters = append(st.Voters, string(s.ID))
+				} else {
+					st.Nonvoters = append(st.Nonvoters, string(s.ID))
+				}
+			}
+			st.Members = len(f.Configuration().Servers)
 		}
 		out = append(out, st)
 	}
 	return out
-}
-
-// configOf is the ids of nd's voters and non-voters, as its replica's
-// latest configuration names them; ok is false when raft cannot say.
-func configOf(nd *Node) (voters, nonvoters []string, ok bool) {
-	f := nd.Raft.GetConfiguration()
-	if f.Error() != nil {
-		return nil, nil, false
-	}
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			voters = append(voters, string(s.ID))
-		} else {
-			nonvoters = append(nonvoters, string(s.ID))
-		}
-	}
-	return voters, nonvoters, true
 }

@@ -23,7 +23,7 @@ func hostGroups(t testing.TB, n, groups int, ca *testCA) (ports []*linkLayer, gs
 	for g := range groups {
 		var nodes []*Node
 		for _, h := range c.hosts {
-			nodes = append(nodes, h.Group(g))
+			nodes = append(nodes, h.Groups[g])
 		}
 		gs = append(gs, nodes)
 	}

@@ -445,20 +445,17 @@ func (n *Node) committed() []raft.Server {
 	return slices.Clone(n.mem.seen)
 }
 
-// follow brings the members of this data group to want: group 0's last
-// committed configuration, or with replicas the members the placement
-// gives the group. It adds each voter of want that the group lacks as a
-// non-voter (or gives a member the address want gives it), which tend
-// promotes once it has caught up, as it promotes a node added to group 0,
-// and removes the members want does not name. This node, if want leaves
-// it out, leaves last, as a leader asked to leave does (Remove: it hands
-// the lead over first, and the next leader removes it). With replace (a
-// replica moved to another node), nothing is removed before every member
-// want names is a voter, so the group never has fewer voters caught up
-// than want has. Leader only. The changes are made one after another on
-// a goroutine of their own, while no other change of the group's members
-// or leader is on (mem.busy).
-func (n *Node) follow(want []raft.Server, replace bool) {
+// follow brings the members of this data group to those of group 0, want
+// (the last configuration of group 0 this node saw committed): it removes
+// the members want does not name, and adds each voter of want that the
+// group lacks as a non-voter (or gives a member the address want gives
+// it), which tend promotes once it has caught up, as it promotes a node
+// added to group 0. This node, if want leaves it out, leaves last, as a
+// leader asked to leave does (Remove: it hands the lead over first, and
+// the next leader removes it). Leader only. The changes are made one
+// after another on a goroutine of their own, while no other change of
+// the group's members or leader is on (mem.busy).
+func (n *Node) follow(want []raft.Server) {
 	f := n.Raft.GetConfiguration()
 	if f.Error() != nil {
 		return
@@ -476,16 +473,10 @@ func (n *Node) follow(want []raft.Server, replace bool) {
 			drop = append(drop, s)
 		}
 	}
-	ready := true
 	for _, w := range want {
-		i := slices.IndexFunc(have, byID(w.ID))
-		if w.Suffrage == raft.Voter && (i < 0 || have[i].Address != w.Address) {
+		if i := slices.IndexFunc(have, byID(w.ID)); w.Suffrage == raft.Voter && (i < 0 || have[i].Address != w.Address) {
 			add = append(add, raft.Server{ID: w.ID, Address: w.Address})
 		}
-		ready = ready && i >= 0 && have[i].Suffrage == raft.Voter
-	}
-	if replace && (len(add) > 0 || !ready) {
-		drop, leave = nil, false
 	}
 	if len(drop)+len(add) == 0 && !leave || !n.mem.busy.CompareAndSwap(false, true) {
 		return
@@ -496,7 +487,7 @@ func (n *Node) follow(want []raft.Server, replace bool) {
 		}
 		if leave {
 			if _, err := n.Remove(n.cfg.ID); err != nil {
-				n.cfg.Log.Warn().Err(err).Msg("cluster: this node no longer belongs to a data group it leads, and could not leave it yet")
+				n.cfg.Log.Warn().Err(err).Msg("cluster: this node is no member of group 0 and could not leave a data group it leads yet")
 			}
 		}
 	}()
@@ -509,18 +500,18 @@ func (n *Node) changeMembers(drop, add []raft.Server) bool {
 	log := n.cfg.Log
 	for _, s := range drop {
 		if err := n.Raft.RemoveServer(s.ID, 0, 10*time.Second).Error(); err != nil {
-			log.Warn().Err(err).Str("node", string(s.ID)).Msg("cluster: could not remove a node from a data group it no longer belongs to")
+			log.Warn().Err(err).Str("node", string(s.ID)).Msg("cluster: could not remove from a data group a node group 0 no longer has")
 			return false
 		}
-		log.Info().Str("node", string(s.ID)).Msg("cluster: removed a node from a data group it no longer belongs to")
+		log.Info().Str("node", string(s.ID)).Msg("cluster: removed from a data group a node group 0 no longer has")
 	}
 	for _, s := range add {
 		if err := n.addNonvoter(s); err != nil {
-			log.Warn().Err(err).Str("node", string(s.ID)).Msg("cluster: could not add a node to a data group")
+			log.Warn().Err(err).Str("node", string(s.ID)).Msg("cluster: could not add a voter of group 0 to a data group")
 			return false
 		}
 		log.Info().Str("node", string(s.ID)).Str("raft", string(s.Address)).
-			Msg("cluster: added a node to a data group as a non-voter: it becomes a voter once it has caught up")
+			Msg("cluster: added a voter of group 0 to a data group as a non-voter: it becomes a voter once it has caught up")
 	}
 	return true
 }

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net"
-	"slices"
 	"sync"
 	"time"
 
@@ -18,24 +17,20 @@ import (
 // host them: it keeps a link to every other member of group 0 on the raft
 // port (link id viewsLink, so the same mutual TLS and node check), over
 // which that node reports, for each group it hosts, the leader its
-// replica knows of, in which term, and where that leader serves, and with
-// replicas the group's voters and non-voters as its replica's latest
-// configuration names them. A report is sent when it changes, and at least every
-// viewsBeat; a link silent for viewsTimeout is closed and dialled again,
-// and links go to the members group 0 has at each viewsBeat. Of the
-// reports for a group, the one of the highest term wins: a member cut off
-// from its group reports an older term than the members that elected a
-// new leader. A group's members are as its leader's report names them.
+// replica knows of, in which term, and where that leader serves. A report
+// is sent when it changes, and at least every viewsBeat; a link silent for
+// viewsTimeout is closed and dialled again. Of the reports for a group,
+// the one of the highest term wins: a member cut off from its group
+// reports an older term than the members that elected a new leader.
 const (
 	viewsLink    = maxGroup
 	viewsEvery   = 50 * time.Millisecond
 	viewsBeat    = time.Second
 	viewsTimeout = 3 * viewsBeat
 	viewsRetry   = 200 * time.Millisecond
-	// viewsMax bounds a report: an entry of under 1 KiB (a leader, an
-	// address and, with replicas, a few members' ids) for each of at most
-	// config's 256 data groups.
-	viewsMax = 256 << 10
+	// viewsMax bounds a report: an entry of under 256 bytes for each of
+	// at most config's 256 data groups.
+	viewsMax = 64 << 10
 )
 
 // view is one group's leader as a node that hosts the group sees it.
@@ -44,10 +39,6 @@ type view struct {
 	Term   uint64 `json:"t"`
 	Leader string `json:"l,omitempty"` // its id, "" while none is known
 	Addr   string `json:"a,omitempty"` // where it serves (ServingAddr)
-	// Lead: the reporting node leads the group.
-	Lead      bool     `json:"x,omitempty"`
-	Voters    []string `json:"v,omitempty"`
-	Nonvoters []string `json:"n,omitempty"`
 }
 
 // views are the reports of the other nodes, by their raft address, and
@@ -58,8 +49,6 @@ type views struct {
 	mu    sync.Mutex
 	peers map[string][]view
 	conns map[net.Conn]struct{}
-	// watching are the addresses watch keeps a link to.
-	watching map[raft.ServerAddress]bool
 	// report is this node's report as last made (publish), and changed is
 	// closed when the next one differs.
 	report  []byte
@@ -71,63 +60,38 @@ type views struct {
 // openViews serves this node's reports on the raft port and reads those
 // of the other members of group 0.
 func openViews(h *Host) (*views, error) {
-	layer, err := h.Group(0).links.group(viewsLink)
+	zero := h.Groups[0]
+	layer, err := zero.links.group(viewsLink)
 	if err != nil {
 		return nil, err
 	}
 	v := &views{h: h, layer: layer, peers: map[string][]view{}, conns: map[net.Conn]struct{}{}, changed: make(chan struct{}),
-		stop: make(chan struct{}), watching: map[raft.ServerAddress]bool{}}
+		stop: make(chan struct{})}
 	v.publish()
-	v.members()
 	v.wg.Add(2)
 	go v.accept()
 	go func() {
 		defer v.wg.Done()
 		t := time.NewTicker(viewsEvery)
 		defer t.Stop()
-		for n := 1; ; n++ {
+		for {
 			select {
 			case <-t.C:
 				v.publish()
-				if n%int(viewsBeat/viewsEvery) == 0 {
-					v.members()
-				}
 			case <-v.stop:
 				return
 			}
 		}
 	}()
-	return v, nil
-}
-
-// members has watch keep a link to every other member of group 0 that it
-// keeps none to yet.
-func (v *views) members() {
-	zero := v.h.Group(0)
-	f := zero.Raft.GetConfiguration()
-	if f.Error() != nil {
-		return
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	select {
-	case <-v.stop:
-		return
-	default:
-	}
-	for _, s := range f.Configuration().Servers {
-		if string(s.ID) != zero.cfg.ID && !v.watching[s.Address] {
-			v.watching[s.Address] = true
-			v.wg.Add(1)
-			go v.watch(s.Address)
+	if f := zero.Raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if string(s.ID) != zero.cfg.ID {
+				v.wg.Add(1)
+				go v.watch(s.Address)
+			}
 		}
 	}
-}
-
-// member says whether addr is a member of group 0's latest configuration.
-func (v *views) member(addr raft.ServerAddress) bool {
-	f := v.h.Group(0).Raft.GetConfiguration()
-	return f.Error() != nil || slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.Address == addr })
+	return v, nil
 }
 
 // close stops the links, both ways. The links are closed outside v.mu:
@@ -186,17 +150,12 @@ func (v *views) accept() {
 // own is this node's report: the groups it hosts.
 func (v *views) own() []view {
 	var out []view
-	for g := 1; g <= v.h.Data(); g++ {
-		nd := v.h.Group(g)
-		if nd == nil {
+	for g, nd := range v.h.Groups {
+		if g == 0 || nd == nil {
 			continue
 		}
 		id, addr := v.h.Leader(g)
-		w := view{G: g, Term: nd.Raft.CurrentTerm(), Leader: id, Addr: addr, Lead: nd.Raft.State() == raft.Leader}
-		if v.h.replicas > 0 { // else every node hosts every group
-			w.Voters, w.Nonvoters, _ = configOf(nd)
-		}
-		out = append(out, w)
+		out = append(out, view{G: g, Term: nd.Raft.CurrentTerm(), Leader: id, Addr: addr})
 	}
 	return out
 }
@@ -243,8 +202,7 @@ func (v *views) serve(c net.Conn) {
 }
 
 // watch keeps a link to the node at addr and its last report, dialling
-// again after a failure, until the views close or addr is no member of
-// group 0.
+// again after a failure, until the views close.
 func (v *views) watch(addr raft.ServerAddress) {
 	defer v.wg.Done()
 	for {
@@ -259,12 +217,6 @@ func (v *views) watch(addr raft.ServerAddress) {
 		case <-v.stop:
 			return
 		case <-time.After(viewsRetry):
-		}
-		if !v.member(addr) {
-			v.mu.Lock()
-			delete(v.watching, addr)
-			v.mu.Unlock()
-			return
 		}
 	}
 }
@@ -303,27 +255,4 @@ func (v *views) leader(g int) (id, addr string) {
 		}
 	}
 	return best.Leader, best.Addr
-}
-
-// config is group g's voters and non-voters as the report of its leader in
-// the highest term names them; ok is false while no report of a leader
-// does. A node that leads g reads its own replica's.
-func (v *views) config(g int) (voters, nonvoters []string, ok bool) {
-	if nd := v.h.Group(g); nd != nil && nd.Raft.State() == raft.Leader {
-		return configOf(nd)
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	var best *view
-	for _, report := range v.peers {
-		for i, w := range report {
-			if w.G == g && w.Lead && (best == nil || w.Term > best.Term) {
-				best = &report[i]
-			}
-		}
-	}
-	if best == nil {
-		return nil, nil, false
-	}
-	return best.Voters, best.Nonvoters, true
 }

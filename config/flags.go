@@ -297,6 +297,8 @@ func Parse(args []string, stdout, stderr io.Writer) (cfg Config, code int, done 
 			return fail("--cluster-dir needs --node-id and --raft")
 		case cfg.Groups > 0 && cfg.ClusterImport != "":
 			return fail("--groups does not go with --cluster-import: a cluster of many groups starts empty")
+		case cfg.Replicas > 0 && cfg.Join != "":
+			return fail("--replicas does not go with --join: a cluster whose data groups run on --replicas of the nodes keeps the members it was bootstrapped with (re-placing the groups' replicas is not built)")
 		case cfg.Replicas > 0 && cfg.Groups == 0:
 			return fail("--replicas goes with --groups: it is how many nodes each data group runs on")
 		}

@@ -358,9 +358,7 @@ func TestParse(t *testing.T) {
 		{name: "groups with cluster-import", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--groups=3", "--cluster-import=b"},
 			stderr: usageErr("--groups does not go with --cluster-import: a cluster of many groups starts empty"), code: 5, done: true},
 		{name: "replicas with join", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--groups=6", "--replicas=3", "--join=127.0.0.1:8080"},
-			want: with(func(c *Config) {
-				c.ClusterDir, c.NodeID, c.RaftAddr, c.Groups, c.Replicas, c.Join = "d", "a", "127.0.0.1:7000", 6, 3, "127.0.0.1:8080"
-			})},
+			stderr: usageErr("--replicas does not go with --join: a cluster whose data groups run on --replicas of the nodes keeps the members it was bootstrapped with (re-placing the groups' replicas is not built)"), code: 5, done: true},
 		{name: "replicas", args: []string{"--cluster-dir=d", "--node-id=a", "--raft=127.0.0.1:7000", "--groups=6", "--replicas", "3"},
 			want: with(func(c *Config) {
 				c.ClusterDir, c.NodeID, c.RaftAddr, c.Groups, c.Replicas = "d", "a", "127.0.0.1:7000", 6, 3

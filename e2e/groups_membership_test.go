@@ -51,49 +51,6 @@ func (tc *testCluster) everyGroupHas(ids ...string) {
 	})
 }
 
-// putEverywhere puts a job to a tube of every data group through every
-// running node, each once acknowledged (within 60 s), and notes its id in
-// acked.
-func (tc *testCluster) putEverywhere(groups int, prefix string, acked map[uint64]bool) {
-	t := tc.t
-	t.Helper()
-	for _, nd := range tc.nodes {
-		if nd.srv == nil || exited(nd.srv) {
-			continue
-		}
-		for g := 1; g <= groups; g++ {
-			var id uint64
-			waitFor(t, 60*time.Second, fmt.Sprintf("a put to group %d through %s", g, nd.id), func() bool {
-				var ok bool
-				id, ok = putX(nd, tubeOfGroup(g, groups, prefix))
-				return ok
-			})
-			if groupOfID(id, groups) != g {
-				t.Fatalf("a put to group %d through %s was given id %d", g, nd.id, id)
-			}
-			acked[id] = true
-		}
-	}
-}
-
-// allThere checks that every job of acked is served through nd (within
-// 60 s of each first asked).
-func (tc *testCluster) allThere(nd *clusterNode, acked map[uint64]bool) {
-	t := tc.t
-	t.Helper()
-	for id := range acked {
-		want := fmt.Sprintf("FOUND %d 1\r\nx\r\n", id)
-		deadline := time.Now().Add(60 * time.Second)
-		for got := try(nd.srv.addr, fmt.Sprintf("peek %d\r\n", id), 5*time.Second); got != want; {
-			if time.Now().After(deadline) {
-				t.Fatalf("peek %d through %s: %q", id, nd.id, got)
-			}
-			time.Sleep(20 * time.Millisecond)
-			got = try(nd.srv.addr, fmt.Sprintf("peek %d\r\n", id), 5*time.Second)
-		}
-	}
-}
-
 // A node joins a cluster of many groups (--groups with --join): it is added
 // to group 0, then each data group's leader adds it, and it becomes a
 // voter of every group and leads its share of them; the jobs put before
@@ -109,8 +66,40 @@ func TestGroupsANodeJoinsEveryGroupAndARemovedOneLeavesThem(t *testing.T) {
 	const groups = 4
 	tc := startGroupsCluster(t, 3, groups)
 	acked := map[uint64]bool{}
-	putEverywhere := func(prefix string) { tc.putEverywhere(groups, prefix, acked) }
-	allThere := func(nd *clusterNode) { tc.allThere(nd, acked) }
+	putEverywhere := func(prefix string) {
+		t.Helper()
+		for _, nd := range tc.nodes {
+			if nd.srv == nil || exited(nd.srv) {
+				continue
+			}
+			for g := 1; g <= groups; g++ {
+				var id uint64
+				waitFor(t, 60*time.Second, fmt.Sprintf("a put to group %d through %s", g, nd.id), func() bool {
+					var ok bool
+					id, ok = putX(nd, tubeOfGroup(g, groups, prefix))
+					return ok
+				})
+				if groupOfID(id, groups) != g {
+					t.Fatalf("a put to group %d through %s was given id %d", g, nd.id, id)
+				}
+				acked[id] = true
+			}
+		}
+	}
+	allThere := func(nd *clusterNode) {
+		t.Helper()
+		for id := range acked {
+			want := fmt.Sprintf("FOUND %d 1\r\nx\r\n", id)
+			deadline := time.Now().Add(60 * time.Second)
+			for got := try(nd.srv.addr, fmt.Sprintf("peek %d\r\n", id), 5*time.Second); got != want; {
+				if time.Now().After(deadline) {
+					t.Fatalf("peek %d through %s: %q", id, nd.id, got)
+				}
+				time.Sleep(20 * time.Millisecond)
+				got = try(nd.srv.addr, fmt.Sprintf("peek %d\r\n", id), 5*time.Second)
+			}
+		}
+	}
 	putEverywhere("before")
 
 	// Another number of groups is refused before the directory is made.

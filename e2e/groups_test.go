@@ -261,6 +261,13 @@ func TestGroupsOnReplicasServeEveryGroupThroughEveryNode(t *testing.T) {
 			t.Fatalf("%s hosts %d data groups, want %d: %+v", nd.id, hosted, groups*replicas/nodes, gs)
 		}
 	}
+	// The members stay those bootstrapped: a change would re-place the
+	// groups' replicas.
+	for _, args := range [][]string{{"add", "--id", "n9", "--raft", "127.0.0.1:1"}, {"remove", "--id", tc.nodes[1].id}} {
+		if out, code := tc.cluster(tc.nodes[0], args...); code != 1 || !strings.Contains(out, "would re-place the groups' replicas, which is not built") {
+			t.Fatalf("cluster %v with --replicas: exit %d: %s", args, code, out)
+		}
+	}
 	put := func(nd *clusterNode, g int) (uint64, bool) { return putX(nd, tubeOfGroup(g, groups, "r")) }
 	var acked []uint64
 	for _, nd := range tc.nodes {
@@ -443,9 +450,8 @@ type groupStatus struct {
 	Tubes         int
 	Voters        []string
 	Nonvoters     []string
-	Placed        []string // the nodes group 0's placement puts a data group's replicas on
-	CommitIndex   uint64   `json:"commit_index"`
-	AppliedIndex  uint64   `json:"applied_index"`
+	CommitIndex   uint64 `json:"commit_index"`
+	AppliedIndex  uint64 `json:"applied_index"`
 }
 
 // groupsCaughtUp waits until every running node has applied, in every

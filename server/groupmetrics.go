@@ -49,7 +49,7 @@ type groupLead struct {
 // watchGroups makes /metrics read the data groups this node leads; call
 // it before any is served.
 func (s *Server) watchGroups(host *cluster.Host, rt *route.Router) {
-	n := host.Data()
+	n := len(host.Groups) - 1
 	gs := &groupStats{host: host, rt: rt, n: n, maxJob: uint64(s.cfg.MaxJobSize), tls: s.tlsLn != nil, draining: &s.draining}
 	led := make([]groupLead, n+1)
 	gs.led.Store(&led)
@@ -259,7 +259,7 @@ func (gs *groupStats) Collect(ch chan<- prometheus.Metric) {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descGroupLeader, prometheus.GaugeValue, v, label)
-		nd := gs.host.Group(g)
+		nd := gs.host.Groups[g]
 		if nd == nil {
 			continue // not hosted here
 		}

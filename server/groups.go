@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/beanpole/beanpole/admin"
@@ -29,7 +31,7 @@ const leaderWait = 10 * time.Second
 // config.ExitRemoved once the data groups have removed it too.
 func (s *Server) runGroups(host *cluster.Host) int {
 	cfg, log := s.cfg, s.log
-	n := host.Data()
+	n := len(host.Groups) - 1
 	var linkTLS func() *tls.Config
 	if files := s.linkFiles; files != nil {
 		linkTLS = func() *tls.Config {
@@ -58,9 +60,24 @@ func (s *Server) runGroups(host *cluster.Host) int {
 	if s.tlsLn != nil {
 		go func() { _ = rt.ServeTLS(s.tlsLn, s.tlsFiles.Config) }()
 	}
-	// Each data group this node hosts, now or once the placement gives it
-	// one, is served while this node leads it.
-	host.Serve(func(ctx context.Context, g int, nd *cluster.Node) { s.leadGroup(ctx, host, nd, g, linkTLS) })
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	hosted := 0
+	for _, nd := range host.Groups[1:] {
+		if nd != nil {
+			hosted++
+		}
+	}
+	for g := 1; g <= n; g++ {
+		if host.Groups[g] == nil {
+			continue // another node's: its leader serves this node's router
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.leadGroup(ctx, host.Groups[g], g, n, hosted, linkTLS)
+		}()
+	}
 	s.takes(CallStop)
 	s.takes(CallDrain)
 	s.adm.SetState(admin.Ready)
@@ -72,7 +89,8 @@ func (s *Server) runGroups(host *cluster.Host) int {
 	s.adm.SetState(admin.Stopping)
 	_ = config.SdNotify("STOPPING=1")
 	rt.Stop()
-	host.StopServing()
+	cancel()
+	wg.Wait()
 	code := leaveCluster(host, log)
 	if removed {
 		fmt.Fprintf(s.stderr, "beanpole: %v\n", errRemoved)
@@ -92,7 +110,7 @@ func (s *Server) awaitStopOrRemoval(host *cluster.Host) bool {
 	log := s.log
 	for {
 		select {
-		case <-host.Group(0).Removed():
+		case <-host.Groups[0].Removed():
 			log.Warn().Msg("cluster: this node was removed from group 0; it exits once the data groups have removed it too")
 			if !host.AwaitLeft(leaveWait) {
 				log.Warn().Dur("waited", leaveWait).Msg("cluster: a data group still names this node; it exits all the same")
@@ -116,9 +134,9 @@ func (s *Server) awaitStopOrRemoval(host *cluster.Host) bool {
 	}
 }
 
-// leadGroup serves data group g of host's while this node leads it, until
-// ctx ends.
-func (s *Server) leadGroup(ctx context.Context, host *cluster.Host, node *cluster.Node, g int, linkTLS func() *tls.Config) {
+// leadGroup serves data group g of n while this node leads it, until ctx
+// ends; this node hosts hosted data groups, which share its memory.
+func (s *Server) leadGroup(ctx context.Context, node *cluster.Node, g, n, hosted int, linkTLS func() *tls.Config) {
 	log := s.log.With().Int("group", g).Logger()
 	for {
 		jl, err := node.AwaitLeadership(ctx)
@@ -128,7 +146,7 @@ func (s *Server) leadGroup(ctx context.Context, host *cluster.Host, node *cluste
 			}
 			return
 		}
-		if err := s.serveGroup(ctx, host, node, jl, g, linkTLS); err != nil {
+		if err := s.serveGroup(ctx, node, jl, g, n, hosted, linkTLS); err != nil {
 			log.Error().Err(err).Msg("cluster: could not serve the group; another node may lead it")
 			node.StepDown(jl)
 			if tr := node.TransferLeader(""); tr != nil {
@@ -145,18 +163,17 @@ func (s *Server) leadGroup(ctx context.Context, host *cluster.Host, node *cluste
 
 // serveGroup loads group g's engine from its replicated state and serves
 // it on an internal listener until this node loses the lead or ctx ends.
-func (s *Server) serveGroup(ctx context.Context, host *cluster.Host, node *cluster.Node, jl *cluster.Journal, g int, linkTLS func() *tls.Config) error {
-	raftHost, _, err := net.SplitHostPort(s.cfg.RaftAddr)
+func (s *Server) serveGroup(ctx context.Context, node *cluster.Node, jl *cluster.Journal, g, n, hosted int, linkTLS func() *tls.Config) error {
+	host, _, err := net.SplitHostPort(s.cfg.RaftAddr)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(raftHost, "0"))
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return fmt.Errorf("the group's internal listener: %w", err)
 	}
 	defer ln.Close()
 	eng := engine.New(s.loops)
-	n := host.Data()
 	eng.SetIDSpace(uint64(g%n), uint64(n))
 	s.groupEngines.Store(eng, struct{}{})
 	defer s.groupEngines.Delete(eng)
@@ -177,10 +194,8 @@ func (s *Server) serveGroup(ctx context.Context, host *cluster.Host, node *clust
 	}
 	defer s.groupStats.lead(g, eng, srv)()
 	// The node's memory is shared by the groups it may lead: each engine
-	// gets a share of the ceiling and of the input budget, among the
-	// groups it hosts when it takes the lead.
+	// gets a share of the ceiling and of the input budget.
 	ceiling, input := s.memoryLimits()
-	hosted := max(host.Hosted(), 1)
 	eng.SetJobMemoryLimit(ceiling / int64(hosted))
 	srv.SetInputBudget(input / int64(hosted))
 	served := make(chan error, 1)
@@ -216,13 +231,14 @@ func stopLoops(srv *loop.Server) {
 	srv.Stop(ctx)
 }
 
-// placedMembers is group 0 as the HTTP side sees it on a node of many
-// groups: a node added or removed joins or leaves the data groups too
-// (cluster.Host.AddNode, RemoveNode).
-type placedMembers struct {
-	*cluster.Node
-	host *cluster.Host
-}
+// placedMembers is group 0 as the HTTP side sees it on a node whose data
+// groups run on --replicas of the nodes: a change of members would
+// re-place the groups' replicas (GroupMembers), which is not built; it is
+// refused rather than made in group 0 alone.
+type placedMembers struct{ *cluster.Node }
 
-func (m placedMembers) Add(id, raft string) (string, error) { return m.host.AddNode(id, raft) }
-func (m placedMembers) Remove(id string) (string, error)    { return m.host.RemoveNode(id) }
+var errPlacedMembers = errors.New("the members of a cluster whose data groups run on --replicas of the nodes are those it was bootstrapped with: " +
+	"adding or removing a node would re-place the groups' replicas, which is not built")
+
+func (placedMembers) Add(string, string) (string, error) { return "", errPlacedMembers }
+func (placedMembers) Remove(string) (string, error)      { return "", errPlacedMembers }

@@ -36,7 +36,7 @@ func (s *Server) runNode() int {
 	if host == nil {
 		return code
 	}
-	node := host.Group(0)
+	node := host.Groups[0]
 	s.hup.node.Store(node)
 	if cfg.Groups > 0 {
 		return s.runGroups(host)
@@ -140,9 +140,13 @@ func (s *Server) openNode() (*cluster.Host, int) {
 		fmt.Fprintf(s.stderr, "beanpole: %v\n", err)
 		return nil, 1
 	}
-	s.adm.SetCluster(placedMembers{host.Group(0), host})
+	if cfg.Replicas > 0 {
+		s.adm.SetCluster(placedMembers{host.Groups[0]})
+	} else {
+		s.adm.SetCluster(host.Groups[0])
+	}
 	s.adm.SetGroups(host.Status)
-	if cfg.Join != "" && host.Group(0).Fresh {
+	if cfg.Join != "" && host.Groups[0].Fresh {
 		if code := join(cfg, nodeTLS, s.stderr); code != 0 {
 			host.Close()
 			return nil, code
@@ -252,10 +256,9 @@ func joinClient(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer
 }
 
 // joinGroups asks the member --join names how many data groups the
-// cluster has, and on how many replicas (GET /cluster/groups), before
-// this node makes its directory: a node joins with the cluster's --groups
-// and --replicas, since the tubes' places, the jobs' ids and the groups'
-// members depend on them.
+// cluster has (GET /cluster/groups), before this node makes its
+// directory: a node joins with the cluster's --groups, since the tubes'
+// places and the jobs' ids depend on it.
 func joinGroups(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer) int {
 	client, token, code := joinClient(cfg, nodeTLS, stderr)
 	if code != 0 {
@@ -266,9 +269,7 @@ func joinGroups(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer
 		fmt.Fprintf(stderr, "beanpole: --join %s: could not learn the cluster's number of data groups (above)\n", cfg.Join)
 		return code
 	}
-	var gs []struct {
-		Replicas int `json:"replicas"`
-	}
+	var gs []struct{}
 	if err := json.Unmarshal(out.Bytes(), &gs); err != nil || len(gs) == 0 {
 		fmt.Fprintf(stderr, "beanpole: --join %s: GET /cluster/groups did not list the cluster's groups: %q\n", cfg.Join, out.String())
 		return 1
@@ -276,11 +277,6 @@ func joinGroups(cfg *config.Config, nodeTLS func() *tls.Config, stderr io.Writer
 	if n := len(gs) - 1; n != cfg.Groups {
 		fmt.Fprintf(stderr, "beanpole: --join %s: the cluster has %d data groups and this node was given --groups %d: "+
 			"a node joins with the cluster's number (--groups %d)\n", cfg.Join, n, cfg.Groups, n)
-		return config.ExitUsage
-	}
-	if r := gs[0].Replicas; r != cfg.Replicas {
-		fmt.Fprintf(stderr, "beanpole: --join %s: the cluster runs each data group on %d replicas (0: on every node) and this node was given --replicas %d: "+
-			"a node joins with the cluster's number (--replicas %d)\n", cfg.Join, r, cfg.Replicas, r)
 		return config.ExitUsage
 	}
 	return 0

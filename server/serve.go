@@ -69,7 +69,7 @@ func (s *Server) serve(eng *engine.Engine, blog *persist.Log, host *cluster.Host
 	var deposed <-chan struct{}
 	var node *cluster.Node
 	if host != nil {
-		node = host.Group(0)
+		node = host.Groups[0]
 		deposed = node.LostLeadership()
 	}
 	srv, code := s.startLoops(eng, blog, node)

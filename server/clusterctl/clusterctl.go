@@ -43,15 +43,11 @@ usually the nodes' --tls-client-ca; without it the system's CAs are used.
                                  promoted to voter once it has caught up
                                  (fails, naming the error, when the node
                                  does not answer there); with --groups,
-                                 every data group then adds it, or with
-                                 --replicas it is given its share of the
-                                 groups' replicas
+                                 every data group then adds it
   remove --id ID                 take a node out of the group (the leader
                                  hands the lead over first), and with
-                                 --groups out of every data group, or with
-                                 --replicas once its replicas have moved
-                                 to the other nodes; the removed node
-                                 exits with status 78
+                                 --groups out of every data group; the
+                                 removed node exits with status 78
   transfer-leader [--id ID]      hand the lead to voter ID (default: the
                                  most up-to-date one)
 `
